@@ -1,0 +1,87 @@
+"""`gpt1 <stage> [--task NAME] [--params FILE]`: the CLI every DVC stage calls.
+
+argparse and the STAGES table only; the work is in gpt1.stages. Any Gpt1Error or ParamsError
+becomes one line on stderr and exit code 2, with nothing half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpt1.config import ParamsError, load_params
+from gpt1.errors import Gpt1Error
+
+# Stage name (as in dvc.yaml) -> stages.<function>. Stages taking --task are listed in TASK_STAGES.
+STAGES: dict[str, str] = {
+    "download_corpus": "download_corpus",
+    "clean_corpus": "clean_corpus",
+    "check_corpus": "check_corpus",
+    "train_bpe": "train_bpe",
+    "shard_corpus": "shard_corpus",
+}
+TASK_STAGES: set[str] = set()
+
+# Commands that are not pipeline stages.
+TOOLS: dict[str, str] = {}
+
+
+def quiet_telemetry() -> None:
+    """Turn off every tool's telemetry and pin MLflow to an absolute sqlite store (ENV.md)."""
+    defaults = {
+        "DO_NOT_TRACK": "true",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DVC_NO_ANALYTICS": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "true",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}",
+    }
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpt1", description=__doc__)
+    parser.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in STAGES:
+        p = sub.add_parser(name, help=f"run the `{name}` pipeline stage")
+        if name in TASK_STAGES:
+            p.add_argument("--task", required=True)
+    return parser
+
+
+def run_stage(name: str, params_path: str, **kwargs: Any) -> Any:
+    params = load_params(params_path)  # fail on bad params before importing anything heavy
+    from gpt1 import stages
+
+    fn: Callable[..., Any] = getattr(stages, STAGES[name])
+    return fn(params, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_telemetry()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    kwargs = {"task": args.task} if args.command in TASK_STAGES else {}
+    try:
+        run_stage(args.command, args.params, **kwargs)
+    except (Gpt1Error, ParamsError) as err:
+        print(f"gpt1 {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

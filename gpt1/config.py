@@ -1,0 +1,351 @@
+"""Typed, strict configuration: params.yaml (or a preset such as configs/paper.yaml) -> Params.
+
+Every hyperparameter and path lives in the YAML file; this module only declares the schema
+(no defaults on hyperparameters), validates ranges, and turns any violation into one line
+naming the offending key (see `ParamsError`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+Prob = Annotated[float, Field(ge=0.0, lt=1.0)]
+PosFloat = Annotated[float, Field(gt=0.0)]
+NonNegFloat = Annotated[float, Field(ge=0.0)]
+Frac = Annotated[float, Field(ge=0.0, le=1.0)]
+# YAML gives lists; accept them for tuple fields (items stay strictly typed).
+StrTuple = Annotated[tuple[str, ...], Field(strict=False)]
+IntTuple = Annotated[tuple[int, ...], Field(strict=False)]
+
+
+class ParamsError(ValueError):
+    """A params file that does not match the schema; str() is one line naming the key."""
+
+
+class Section(BaseModel):
+    """Base of every section: frozen, unknown keys rejected, no type coercion from strings."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
+    )
+
+
+class Paths(Section):
+    """Every file and directory the pipeline reads or writes, relative to the repo root."""
+
+    mirror_dir: str | None
+    """Local mirror laid out like ../shared/data (corpus/, tasks/); null = download from the hub."""
+    raw: str
+    """Download stage output: manifest.json (sha256 of every raw input) plus hub downloads."""
+    clean_corpus: str
+    """Cleaned corpus parquet (doc_id, source, text)."""
+    corpus_checks: str
+    """great-expectations validation result of the cleaned corpus (JSON)."""
+    tokenizer: str
+    """Directory holding the trained BPE tokenizer."""
+    shards: str
+    """Directory of binary token shards (train_*.bin, val_*.bin, index.json)."""
+    checkpoints: str
+    """Pre-training run directory of the Transformer (checkpoints, final weights)."""
+    lstm_checkpoints: str
+    """Pre-training run directory of the LSTM baseline."""
+    tasks: str
+    """Canonical per-task parquet tables (one directory per task)."""
+    finetuned: str
+    """Fine-tuning outputs (one directory per task / variant)."""
+    metrics: str
+    """Metrics JSON files read by DVC (one per stage)."""
+    reports: str
+    """Human-readable reports and figures."""
+
+
+class DataCfg(Section):
+    """Where the raw corpus comes from (Radford et al. 2018, 4.1: BooksCorpus)."""
+
+    source: Literal["mirror", "hub"]
+    """`mirror`: read paths.mirror_dir/corpus/*.txt in place; `hub`: datasets.load_dataset."""
+    hub_dataset: str
+    """Hub dataset id for the corpus when source = hub."""
+    hub_split: str
+    """Split of the hub dataset."""
+    hub_text_field: str
+    """Column holding the text in the hub dataset."""
+    max_documents: PosInt | None
+    """Cap on documents taken from the source (demo runs); null = all."""
+    download_retries: NonNegInt
+    """Retries on transient network errors (exponential back-off)."""
+
+
+class CleanCfg(Section):
+    """Text cleaning (PAPER.md 5: ftfy, punctuation/whitespace standardisation, spaCy tokens)."""
+
+    strip_gutenberg: bool
+    """Remove Project Gutenberg header/licence and footer when the markers are present."""
+    unwrap_lines: bool
+    """Join hard-wrapped lines inside a paragraph; paragraphs stay separated by newlines."""
+    max_file_bytes: PosInt
+    """Files larger than this are skipped (counted under `too_large`)."""
+    max_line_chars: PosInt
+    """A file with a line longer than this is skipped (counted under `line_too_long`)."""
+    min_document_chars: PosInt
+    """Documents shorter than this after cleaning are dropped (counted under `too_short`)."""
+
+
+class ChecksCfg(Section):
+    """Data-quality gate over the cleaned corpus (great-expectations)."""
+
+    min_document_chars: PosInt
+    max_document_chars: PosInt
+    max_mojibake_frac: Frac
+    """Highest tolerated fraction of documents containing typical mojibake sequences."""
+
+
+class BpeCfg(Section):
+    """Byte-pair encoding (PAPER.md 1 and 5: 40,000 merges, lower-cased, `</w>`)."""
+
+    n_merges: PosInt
+    """Number of BPE merges learned (paper: 40,000)."""
+    min_frequency: PosInt
+    """A pair must occur at least this often to be merged."""
+    lowercase: bool
+    end_of_word_suffix: str
+    special_tokens: StrTuple
+    """Appended after the vocabulary in this order (PAPER.md 5)."""
+
+
+class ShardCfg(Section):
+    """Token shards written for training."""
+
+    val_frac: Annotated[float, Field(gt=0.0, lt=1.0)]
+    """Fraction of documents (not tokens) held out for validation."""
+    tokens_per_shard: PosInt
+    encode_batch_docs: PosInt
+    """Documents per encode_batch call."""
+
+
+class ModelCfg(Section):
+    """GPT-1 Transformer (PAPER.md 1). Field names follow transformers' OpenAIGPTConfig."""
+
+    arch: Literal["gpt1", "gpt2"]
+    """gpt1 = post-LN (paper); gpt2 = pre-LN plus final LayerNorm (PAPER.md 4)."""
+    n_positions: PosInt
+    """Context window k in tokens."""
+    n_embd: PosInt
+    n_layer: PosInt
+    n_head: PosInt
+    n_inner: PosInt
+    """Position-wise feed-forward width (paper: 3072)."""
+    afn: Literal["gelu"]
+    """tanh-approximated GELU (PAPER.md 5)."""
+    resid_pdrop: Prob
+    embd_pdrop: Prob
+    attn_pdrop: Prob
+    embd_dropout: Literal["activations", "matrix"]
+    """`activations`: drop the summed embeddings (PyTorch ports); `matrix`: drop entries of the
+    embedding matrix, which also feeds the tied output layer (original TF release)."""
+    layer_norm_epsilon: PosFloat
+    initializer_range: PosFloat
+    """Std of the N(0, s) weight init."""
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelCfg:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"model.n_head: {self.n_head} does not divide n_embd={self.n_embd}")
+        return self
+
+
+class LstmCfg(Section):
+    """LSTM language-model baseline (paper Table 5: one layer, 2048 units)."""
+
+    n_layer: PosInt
+    hidden_size: PosInt
+    n_embd: PosInt
+    """Embedding width (tied to the output layer through a projection when != hidden_size)."""
+    dropout: Prob
+
+
+class PretrainCfg(Section):
+    """Unsupervised pre-training (PAPER.md 1)."""
+
+    lr_max: PosFloat
+    warmup_steps: NonNegInt
+    """Linear warm-up from 0 over this many updates, then cosine annealing to 0."""
+    batch_seqs: PosInt
+    """Sequences per optimizer update (global, across ranks and accumulation)."""
+    micro_batch_seqs: PosInt
+    """Sequences per forward/backward on one rank."""
+    seq_len: PosInt
+    """Tokens per training sequence (<= model.n_positions)."""
+    epochs: PosFloat | None
+    """Training length in passes over the train shards; exactly one of epochs / max_tokens."""
+    max_tokens: PosInt | None
+    """Training length in tokens; exactly one of epochs / max_tokens."""
+    adam_beta1: Prob
+    adam_beta2: Prob
+    adam_eps: PosFloat
+    weight_decay: NonNegFloat
+    """Decoupled weight decay on tensors of rank > 1 only."""
+    grad_clip: PosFloat
+    precision: Literal["auto", "fp32", "bf16"]
+    """auto = bf16 autocast on CUDA or on a CPU with AMX, else fp32."""
+    compile: bool
+    eval_interval_steps: PosInt
+    eval_batches: PosInt
+    log_interval_steps: PosInt
+    checkpoint_interval_steps: PosInt
+    zero_shot_checkpoints: NonNegInt
+    """Number of log-spaced steps whose checkpoints are kept for the zero-shot study."""
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> PretrainCfg:
+        if (self.epochs is None) == (self.max_tokens is None):
+            raise ValueError("pretrain.epochs: set exactly one of epochs / max_tokens")
+        if self.batch_seqs % self.micro_batch_seqs:
+            raise ValueError(
+                f"pretrain.micro_batch_seqs: {self.micro_batch_seqs} does not divide "
+                f"batch_seqs={self.batch_seqs}"
+            )
+        return self
+
+
+class TaskOverride(Section):
+    """Per-task fine-tuning overrides (only the keys given change)."""
+
+    lr: PosFloat | None = None
+    epochs: PosInt | None = None
+    batch_size: PosInt | None = None
+    max_train_examples: PosInt | None = None
+
+
+class FinetuneCfg(Section):
+    """Supervised fine-tuning (PAPER.md 2)."""
+
+    tasks: StrTuple
+    lr: PosFloat
+    batch_size: PosInt
+    epochs: PosInt
+    warmup_frac: Frac
+    """Linear warm-up over this fraction of updates, then linear decay to 0."""
+    lm_coef: NonNegFloat
+    """lambda, weight of the auxiliary LM loss (0 disables it)."""
+    clf_pdrop: Prob
+    init: Literal["pretrained", "scratch"]
+    layers_transferred: NonNegInt | None
+    """Embeddings plus the first k blocks copied from pre-training; null = all."""
+    seeds: IntTuple
+    max_train_examples: PosInt | None
+    """Cap on training examples per task (demo runs); null = all."""
+    max_eval_examples: PosInt | None
+    overrides: dict[str, TaskOverride]
+
+
+class Params(Section):
+    """The whole params file."""
+
+    seed: NonNegInt
+    paths: Paths
+    data: DataCfg
+    clean: CleanCfg
+    checks: ChecksCfg
+    bpe: BpeCfg
+    shard: ShardCfg
+    model: ModelCfg
+    lstm: LstmCfg
+    pretrain: PretrainCfg
+    finetune: FinetuneCfg
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Params:
+        if self.pretrain.seq_len > self.model.n_positions:
+            raise ValueError(
+                f"pretrain.seq_len: {self.pretrain.seq_len} exceeds model.n_positions="
+                f"{self.model.n_positions}"
+            )
+        unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
+        if unknown:
+            raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain-JSON view, recorded in every artifact for provenance."""
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """Short hash of the full params dict (the "config hash" in reports)."""
+        blob = json.dumps(self.as_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that reads `1e-4` as a float, as YAML 1.2 (and DVC's ruamel) does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+        r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _format_error(path: Path, err: ValidationError, model: type[BaseModel]) -> str:
+    errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = [str(p) for p in first["loc"] if not str(p).startswith("function-after")]
+    key, msg = ".".join(loc), first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key" + _did_you_mean(model, loc)
+    elif first["type"] == "missing":
+        msg = "missing key"
+    elif first["type"] == "value_error" and ": " in msg:
+        key, _, msg = msg.removeprefix("Value error, ").partition(": ")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{path}: {key}: {msg}{more}"
+
+
+def _did_you_mean(model: type[BaseModel], loc: list[str]) -> str:
+    """Suggest the closest valid key for a misspelled one."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(part)
+        ann = getattr(field, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return ""
+        model = ann
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def parse_params(raw: Any, source: Path | str = "<params>") -> Params:
+    """Validate an already-parsed params mapping; ParamsError names the first bad key."""
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: top level must be a mapping, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise ParamsError(_format_error(Path(source), err, Params)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and strictly validate a params file."""
+    path = Path(path)
+    try:
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader subclass)
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: params file not found") from None
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    return parse_params(raw, path)

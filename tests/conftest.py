@@ -1,0 +1,98 @@
+"""Shared fixtures: tiny params with every path under tmp_path, seeding, the gpu marker."""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpt1.config import Params, parse_params
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+os.environ.setdefault("DO_NOT_TRACK", "true")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+# A model small enough for CPU unit tests; every other value comes from params.yaml.
+TINY: dict[str, Any] = {
+    "bpe": {"n_merges": 200, "min_frequency": 1},
+    "shard": {"tokens_per_shard": 5000},
+    "model": {"n_positions": 32, "n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 128},
+    "lstm": {"hidden_size": 48, "n_embd": 32},
+    "pretrain": {
+        "batch_seqs": 4, "micro_batch_seqs": 2, "seq_len": 32, "max_tokens": 4096,
+        "warmup_steps": 4, "eval_interval_steps": 8, "eval_batches": 2,
+        "log_interval_steps": 4, "checkpoint_interval_steps": 8, "zero_shot_checkpoints": 3,
+    },
+    "finetune": {"batch_size": 4, "max_train_examples": 16, "max_eval_examples": 16},
+}
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def make_params_dict(tmp_path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """params.yaml with TINY applied, every output path under tmp_path, then `overrides`."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw = deep_merge(raw, TINY)
+    for key, value in raw["paths"].items():
+        if key != "mirror_dir" and value is not None:
+            raw["paths"][key] = str(tmp_path / value)
+    raw["paths"]["mirror_dir"] = str(tmp_path / "mirror")
+    return deep_merge(raw, overrides or {})
+
+
+@pytest.fixture
+def make_params(tmp_path: Path):
+    """make_params(overrides) -> Params with paths under tmp_path."""
+
+    def _make(overrides: dict[str, Any] | None = None) -> Params:
+        return parse_params(make_params_dict(tmp_path, overrides), "tiny")
+
+    return _make
+
+
+@pytest.fixture
+def tiny_params(make_params) -> Params:
+    return make_params()
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    random.seed(0)
+    try:
+        import numpy as np
+        import torch
+
+        np.random.seed(0)
+        torch.manual_seed(0)
+    except ImportError:
+        pass
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
