@@ -249,6 +249,50 @@ class FinetuneCfg(Section):
     overrides: dict[str, TaskOverride]
 
 
+class TrackingCfg(Section):
+    """MLflow experiment tracking (gpt1/tracking.py); changes no result, only what is recorded."""
+
+    enabled: bool
+    """Log params, step metrics and artifacts of every stage to MLflow."""
+    uri: str | None
+    """Tracking URI (sqlite:///abs/path.db or http://host:port); a relative sqlite path is taken
+    from the repo root; null = $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlflow.db."""
+    experiment: str
+    """MLflow experiment holding the pipeline runs."""
+    flush_seconds: NonNegFloat
+    """Step metrics are buffered and sent in one batch at most this often (about 12 ms per
+    MLflow call on sqlite); 0 = send every call."""
+    ui_url: str
+    """Address of the MLflow UI (`gpt1 serve` binds it there); used in links to runs."""
+
+    @model_validator(mode="after")
+    def _no_file_store(self) -> TrackingCfg:
+        db_or_server = r"^(sqlite|https?|postgresql|mysql)[+\w]*://"
+        if self.uri is not None and not re.match(db_or_server, self.uri):
+            raise ValueError(
+                f"tracking.uri: {self.uri!r} is not a database or server URI "
+                "(the MLflow file store is deprecated; use sqlite:///... or http://...)"
+            )
+        if not re.match(r"^https?://[^/:]+:\d+/?$", self.ui_url):
+            raise ValueError(f"tracking.ui_url: {self.ui_url!r} is not http://host:port")
+        return self
+
+
+class OrchestrateCfg(Section):
+    """How the Prefect flow (pipelines/gpt1_flow.py) runs the DVC stages; changes no result."""
+
+    max_parallel_stages: PosInt
+    """Stages with no path between them in the DVC graph (fine-tunes) run at most this many
+    at once."""
+    io_stages: StrTuple
+    """Stages doing network / remote I/O, retried on failure (no other stage is retried)."""
+    io_retries: NonNegInt
+    io_retry_delay_seconds: NonNegFloat
+    dvc_remote: str | None
+    """DVC remote shared by workers on different machines: each stage pulls its deps before and
+    pushes its outs after; null = one machine, no push/pull."""
+
+
 class Params(Section):
     """The whole params file."""
 
@@ -263,6 +307,8 @@ class Params(Section):
     lstm: LstmCfg
     pretrain: PretrainCfg
     finetune: FinetuneCfg
+    tracking: TrackingCfg
+    orchestrate: OrchestrateCfg
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

@@ -35,6 +35,7 @@ TINY: dict[str, Any] = {
         "log_interval_steps": 4, "checkpoint_interval_steps": 8, "zero_shot_checkpoints": 3,
     },
     "finetune": {"batch_size": 4, "max_train_examples": 16, "max_eval_examples": 16},
+    "tracking": {"enabled": False},  # unit tests never touch MLflow
 }
 
 

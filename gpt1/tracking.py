@@ -1,0 +1,280 @@
+"""MLflow at the edge: the only module importing mlflow (ruff TID251).
+
+Stages wrap their work in `start_run(stage, params)` and hand the yielded `on_metrics(step,
+metrics)` sink to their loops; loops never import mlflow. The Prefect flow opens one parent run
+per pipeline run (`pipeline_run`) and passes its id to the stage subprocesses in
+$GPT1_PARENT_RUN_ID, so every stage becomes a nested run. All of it is a no-op when
+params.tracking.enabled is false. The metrics JSON files stay the record; MLflow is a view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpt1.config import Params
+from gpt1.errors import Gpt1Error
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+log = logging.getLogger(__name__)
+
+PARENT_ENV = "GPT1_PARENT_RUN_ID"
+"""Environment variable carrying the parent (pipeline) run id to stage subprocesses."""
+
+MetricsSink = Callable[[int, dict[str, float]], None]
+
+# MLflow limits per log_batch call and per param value.
+_MAX_BATCH_METRICS = 1000
+_MAX_BATCH_PARAMS = 100
+_MAX_PARAM_CHARS = 6000
+
+
+def _discard(step: int, metrics: dict[str, float]) -> None:
+    """The sink handed out when tracking is disabled."""
+
+
+def repo_root(start: Path | None = None) -> Path:
+    """The nearest directory at or above `start` (default cwd) holding dvc.yaml or .dvc/."""
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "dvc.yaml").exists() or (d / ".dvc").is_dir():
+            return d
+    return here
+
+
+def tracking_uri(params: Params) -> str:
+    """params.tracking.uri, else $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlflow.db.
+
+    Always absolute for sqlite: MLflow's own default depends on the cwd and falls back to the
+    deprecated file store when ./mlruns exists (ENV.md).
+    """
+    uri = params.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return f"sqlite:///{repo_root() / 'mlflow.db'}"
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        return f"{prefix}{repo_root() / uri[len(prefix):]}"
+    if "://" not in uri or uri.startswith("file:"):
+        raise Gpt1Error(
+            f"tracking URI {uri!r} is the deprecated MLflow file store; use sqlite:/// or http://",
+            "MLFLOW_TRACKING_URI" if not params.tracking.uri else "tracking.uri",
+        )
+    return uri
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"n_layer": 12}} -> {"model.n_layer": 12}; lists and None stay leaves."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+@dataclass
+class _Run:
+    """One open MLflow run and its buffered step metrics."""
+
+    client: MlflowClient
+    run_id: str
+    flush_seconds: float
+    pending: list[Metric] = field(default_factory=list)
+    last_flush: float = field(default_factory=time.monotonic)
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        self.pending.extend(Metric(k, float(v), stamp, int(step)) for k, v in metrics.items())
+        due = time.monotonic() - self.last_flush >= self.flush_seconds
+        if due or len(self.pending) >= _MAX_BATCH_METRICS:
+            self.flush()
+
+    def flush(self) -> None:
+        for i in range(0, len(self.pending), _MAX_BATCH_METRICS):
+            self.client.log_batch(self.run_id, metrics=self.pending[i : i + _MAX_BATCH_METRICS])
+        self.pending = []
+        self.last_flush = time.monotonic()
+
+
+_ACTIVE: list[_Run] = []
+
+
+def _client(params: Params) -> MlflowClient:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri(params))
+
+
+def _experiment_id(client: MlflowClient, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return str(exp.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except Exception:  # created concurrently by another stage: read it back
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return str(exp.experiment_id)
+
+
+def _log_params(client: MlflowClient, run_id: str, values: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [
+        Param(k, (v if isinstance(v, str) else json.dumps(v))[:_MAX_PARAM_CHARS])
+        for k, v in sorted(flatten(values).items())
+    ]
+    for i in range(0, len(items), _MAX_BATCH_PARAMS):
+        client.log_batch(run_id, params=items[i : i + _MAX_BATCH_PARAMS])
+
+
+def _open_run(
+    client: MlflowClient, params: Params, name: str, parent: str | None, tags: dict[str, str]
+) -> str:
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+    if parent:
+        try:
+            experiment_id = client.get_run(parent).info.experiment_id
+        except MlflowException:
+            where = tracking_uri(params)
+            raise Gpt1Error(f"no MLflow run {parent!r} in {where}", PARENT_ENV) from None
+        tags = {**tags, MLFLOW_PARENT_RUN_ID: parent}
+    else:
+        experiment_id = _experiment_id(client, params.tracking.experiment)
+    tags = {**tags, MLFLOW_RUN_NAME: name, "gpt1.config_hash": params.digest()}
+    run_id = str(client.create_run(experiment_id, run_name=name, tags=tags).info.run_id)
+    _log_params(client, run_id, params.as_dict())
+    return run_id
+
+
+def _active_run_id() -> str | None:
+    """The innermost run open in this process: ours, else one opened with mlflow.start_run."""
+    if _ACTIVE:
+        return _ACTIVE[-1].run_id
+    import mlflow
+
+    active = mlflow.active_run()
+    return None if active is None else str(active.info.run_id)
+
+
+@contextlib.contextmanager
+def _open(params: Params, name: str, parent: str | None, tags: dict[str, str]) -> Iterator[_Run]:
+    """Create a run, make it the innermost open one, end it FINISHED / FAILED / KILLED."""
+    client = _client(params)
+    run = _Run(client, _open_run(client, params, name, parent, tags), params.tracking.flush_seconds)
+    log.info("MLflow run %s (%s) in %s", run.run_id, name, tracking_uri(params))
+    _ACTIVE.append(run)
+    status = "FAILED"
+    try:
+        yield run
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        _ACTIVE.remove(run)
+        run.flush()
+        client.set_terminated(run.run_id, status)
+
+
+@contextlib.contextmanager
+def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
+    """Open an MLflow run for one stage and yield its `on_metrics(step, metrics)` sink.
+
+    Logs the flattened params once. Nests under $GPT1_PARENT_RUN_ID, else under the run open in
+    this process (if any). Step metrics are batched (params.tracking.flush_seconds) and flushed
+    on exit; the run ends FINISHED, or FAILED / KILLED when the block raises.
+    """
+    if not params.tracking.enabled:
+        yield _discard
+        return
+    parent = os.environ.get(PARENT_ENV) or _active_run_id()
+    with _open(params, stage, parent, {"gpt1.stage": stage}) as run:
+        yield run.on_metrics
+
+
+def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
+    """Copy a file or directory into the innermost open run's artifacts (no-op without one)."""
+    if not _ACTIVE:
+        return
+    run, path = _ACTIVE[-1], Path(path)
+    if not path.exists():
+        raise Gpt1Error("artifact to log does not exist", path)
+    if path.is_dir():
+        run.client.log_artifacts(run.run_id, str(path), artifact_path or path.name)
+    else:
+        run.client.log_artifact(run.run_id, str(path), artifact_path)
+
+
+def log_summary(metrics: Mapping[str, Any]) -> None:
+    """Log the numeric leaves of a metrics dict (e.g. the stage's metrics JSON) on the open run.
+
+    Nested keys are joined with "." ({"scores": {"acc": {"mean": .8}}} -> "scores.acc.mean").
+    """
+    if not _ACTIVE:
+        return
+    numeric = {
+        k: float(v)
+        for k, v in flatten(metrics).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+    if numeric:
+        _ACTIVE[-1].on_metrics(0, numeric)
+
+
+@contextlib.contextmanager
+def pipeline_run(name: str, params: Params, tags: Mapping[str, str]) -> Iterator[str | None]:
+    """The parent run of one pipeline run; yields its id (None when tracking is disabled).
+
+    Stage runs opened in this process nest under it; put the id in $GPT1_PARENT_RUN_ID of
+    stage subprocesses so they nest too. log_artifact / log_summary inside go to this run.
+    """
+    if not params.tracking.enabled:
+        yield None
+        return
+    with _open(params, name, None, {"gpt1.pipeline": name, **tags}) as run:
+        yield run.run_id
+
+
+def run_url(params: Params, run_id: str) -> str:
+    """Link to a run in the MLflow UI at params.tracking.ui_url."""
+    run = _client(params).get_run(run_id)
+    base = params.tracking.ui_url.rstrip("/")
+    return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+
+
+def child_runs(params: Params, parent_run_id: str) -> list[dict[str, Any]]:
+    """Nested runs of a parent run: [{"run_id", "stage", "status", "metrics"}], oldest first."""
+    client = _client(params)
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
+    return [
+        {
+            "run_id": r.info.run_id,
+            "stage": r.data.tags.get("gpt1.stage", r.info.run_name),
+            "status": r.info.status,
+            "metrics": dict(r.data.metrics),
+        }
+        for r in runs
+    ]

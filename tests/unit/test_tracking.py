@@ -1,0 +1,114 @@
+"""gpt1.tracking: nested runs, batched metrics, params, artifacts, URI rules, disabled no-op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpt1 import tracking
+from gpt1.config import ParamsError
+from gpt1.errors import Gpt1Error
+
+
+@pytest.fixture(scope="module")
+def db_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def on_params(make_params, db_uri, monkeypatch):
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    return make_params(
+        {"tracking": {"enabled": True, "uri": db_uri, "flush_seconds": 3600, "experiment": "t"}}
+    )
+
+
+def test_disabled_is_a_no_op(tiny_params, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'never.db'}")
+    assert not tiny_params.tracking.enabled
+    with tracking.pipeline_run("gpt1", tiny_params, {}) as parent:
+        assert parent is None
+        with tracking.start_run("pretrain", tiny_params) as on_metrics:
+            on_metrics(1, {"loss": 1.0})
+            tracking.log_artifact(tmp_path / "missing.json")  # no run open: not even checked
+            tracking.log_summary({"acc": 0.5})
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    report = tmp_path / "finetune_rte.json"
+    report.write_text('{"scores": {"acc": {"mean": 0.75}}}')
+    with tracking.pipeline_run("gpt1-demo", on_params, {"flow_run": "abc"}) as parent:
+        assert parent
+        monkeypatch.setenv(tracking.PARENT_ENV, parent)  # what the flow gives each subprocess
+        with tracking.start_run("pretrain", on_params) as on_metrics:
+            for step in range(5):
+                on_metrics(step, {"loss": 5.0 - step, "lr": 0.1})
+        with tracking.start_run("finetune@rte", on_params):
+            tracking.log_artifact(report)
+            tracking.log_summary({"scores": {"acc": {"mean": 0.75}}, "task": "rte"})
+
+    client = MlflowClient(tracking_uri=on_params.tracking.uri)
+    assert client.get_run(parent).info.status == "FINISHED"
+    children = tracking.child_runs(on_params, parent)
+    assert [c["stage"] for c in children] == ["pretrain", "finetune@rte"]
+    assert all(c["status"] == "FINISHED" for c in children)
+    pre, ft = children
+    history = client.get_metric_history(pre["run_id"], "loss")  # all 5 steps, one batch at exit
+    assert [(m.step, m.value) for m in history] == [(s, 5.0 - s) for s in range(5)]
+    assert ft["metrics"] == {"scores.acc.mean": 0.75}
+    logged = client.get_run(pre["run_id"]).data.params
+    assert logged["model.n_layer"] == str(on_params.model.n_layer)
+    assert logged["finetune.tasks"].startswith('["snli"')
+    assert [a.path for a in client.list_artifacts(ft["run_id"])] == ["finetune_rte.json"]
+    assert tracking.run_url(on_params, parent).endswith(f"/runs/{parent}")
+
+
+def test_failed_stage_is_marked_failed_and_nests_in_process(on_params) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=on_params.tracking.uri)
+    with tracking.pipeline_run("outer", on_params, {}) as parent:
+        assert parent
+        with pytest.raises(RuntimeError), tracking.start_run("pretrain", on_params):
+            raise RuntimeError("boom")
+    (child,) = tracking.child_runs(on_params, parent)
+    assert child["status"] == "FAILED"
+    assert client.get_run(parent).info.status == "FINISHED"
+
+
+def test_unknown_parent_run_is_one_line_error(on_params, monkeypatch) -> None:
+    monkeypatch.setenv(tracking.PARENT_ENV, "0" * 32)
+    with pytest.raises(Gpt1Error, match=tracking.PARENT_ENV), tracking.start_run("x", on_params):
+        pass
+
+
+def test_uri_resolution(make_params, monkeypatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root = tracking.repo_root()
+    assert (root / "dvc.yaml").exists() or (root / ".dvc").is_dir()
+    params = make_params({"tracking": {"enabled": True}})
+    assert tracking.tracking_uri(params) == f"sqlite:///{root / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert tracking.tracking_uri(params) == "http://127.0.0.1:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "./mlruns")
+    with pytest.raises(Gpt1Error, match="file store"):
+        tracking.tracking_uri(params)
+    relative = make_params({"tracking": {"uri": "sqlite:///runs/x.db"}})
+    assert tracking.tracking_uri(relative) == f"sqlite:///{root / 'runs' / 'x.db'}"
+    with pytest.raises(ParamsError, match="tracking.uri"):
+        make_params({"tracking": {"uri": "file:./mlruns"}})
+    with pytest.raises(ParamsError, match="tracking.ui_url"):
+        make_params({"tracking": {"ui_url": "localhost"}})
+
+
+def test_flatten() -> None:
+    assert tracking.flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": {}, "f": None}) == {
+        "a.b": 1,
+        "a.c.d": [1, 2],
+        "e": {},
+        "f": None,
+    }
