@@ -119,12 +119,19 @@ def _client(params: Params) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri(params))
 
 
+def _artifact_root(uri: str) -> str | None:
+    """Artifacts of a sqlite store go beside the database, not into the cwd's ./mlruns."""
+    prefix = "sqlite:///"
+    return (Path(uri[len(prefix) :]).parent / "mlruns").as_uri() if uri.startswith(prefix) else None
+
+
 def _experiment_id(client: MlflowClient, name: str) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return str(exp.experiment_id)
+    root = _artifact_root(client.tracking_uri)
     try:
-        return str(client.create_experiment(name))
+        return str(client.create_experiment(name, f"{root}/{name}" if root else None))
     except Exception:  # created concurrently by another stage: read it back
         exp = client.get_experiment_by_name(name)
         if exp is None:
