@@ -179,7 +179,9 @@ class PretrainCfg(Section):
 
     lr_max: PosFloat
     warmup_steps: NonNegInt
-    """Linear warm-up from 0 over this many updates, then cosine annealing to 0."""
+    """Linear warm-up from 0 over this many updates, then `lr_schedule` decay to 0."""
+    lr_schedule: Literal["cosine", "linear"]
+    """Decay after warm-up: cosine annealing to 0 (paper) or linear decay to 0."""
     batch_seqs: PosInt
     """Sequences per optimizer update (global, across ranks and accumulation)."""
     micro_batch_seqs: PosInt

@@ -1,0 +1,222 @@
+"""GPT-1 decoder-only Transformer in pure torch (PAPER.md 1 and 5).
+
+Post-LN blocks, tanh-GELU, learned positions, output layer tied to the token embedding,
+N(0, 0.02) init with zero biases. `model.arch: gpt2` switches to pre-LN blocks plus a final
+LayerNorm (PAPER.md 4). Parameter names follow transformers' OpenAIGPTModel so export is a
+rename-free transpose (gpt1/export.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpt1.config import ModelCfg
+
+
+class TiedEmbedding(nn.Module):
+    """Token embedding We shared by the input lookup and the output layer (PAPER.md 1).
+
+    `embd_dropout = "matrix"` drops entries of We itself (the original TF release), so the
+    tied output layer sees the same dropped matrix as the lookup in that forward pass;
+    `"activations"` leaves We alone (the caller drops the summed embeddings).
+    """
+
+    def __init__(self, vocab_size: int, n_embd: int, pdrop: float, mode: str) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, n_embd))
+        self.mode = mode
+        self.drop = nn.Dropout(pdrop)
+        self._head_weight: torch.Tensor | None = None
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, C); in matrix mode also fixes We for the next `logits`."""
+        weight = self.weight
+        if self.mode == "matrix" and self.training:
+            weight = self.drop(weight)  # PAPER.md 5: one mask on We per forward pass
+            self._head_weight = weight
+        else:
+            self._head_weight = None
+        return F.embedding(idx, weight)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) hidden states -> (B, T, V) logits: softmax(h We^T) (PAPER.md 1)."""
+        weight = self._head_weight if self._head_weight is not None else self.weight
+        return F.linear(h, weight)
+
+
+class Attention(nn.Module):
+    """Masked multi-head self-attention, scaled by 1/sqrt(d_head) (PAPER.md 5)."""
+
+    def __init__(self, cfg: ModelCfg) -> None:
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.attn_pdrop = cfg.attn_pdrop
+        self.resid_drop = nn.Dropout(cfg.resid_pdrop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        # (B, T, C) -> (B, nh, T, hs)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if self.training and self.attn_pdrop > 0:
+            y = self._attend_with_dropout(q, k, v)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, nh, T, hs) -> (B, T, C)
+        return self.resid_drop(self.c_proj(y))
+
+    def _attend_with_dropout(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """Explicit softmax + dropout on the attention probabilities (PAPER.md 1).
+
+        On CPU, SDPA with dropout_p > 0 falls back to an unfused path that is 2-3x slower than
+        this; the matmuls here run in the autocast dtype (bf16 on AMX) like SDPA's would.
+        """
+        T = q.size(-2)
+        att = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # (B, nh, T, T)
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        att = att.masked_fill(causal, float("-inf"))
+        att = F.dropout(torch.softmax(att, dim=-1), self.attn_pdrop, training=True)
+        return att.to(v.dtype) @ v  # (B, nh, T, hs)
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward network with tanh-approximated GELU (PAPER.md 5)."""
+
+    def __init__(self, cfg: ModelCfg) -> None:
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.n_inner)
+        self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.resid_pdrop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+
+
+class Block(nn.Module):
+    """One decoder block. gpt1: post-LN (PAPER.md 5), unlike nanoGPT's pre-LN; gpt2: pre-LN."""
+
+    def __init__(self, cfg: ModelCfg) -> None:
+        super().__init__()
+        self.pre_ln = cfg.arch == "gpt2"
+        self.attn = Attention(cfg)
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self.mlp = MLP(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_ln:  # PAPER.md 4 (GPT-2): x + f(LN(x))
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+        n = self.ln_1(x + self.attn(x))  # PAPER.md 5: n = LN(x + attn(x))
+        return self.ln_2(n + self.mlp(n))  # h = LN(n + mlp(n))
+
+
+class GPT(nn.Module):
+    """GPT-1 language model. `vocab_size` includes the 3 special tokens appended after the BPE
+    vocabulary (PAPER.md 5)."""
+
+    def __init__(self, cfg: ModelCfg, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.n_embd = cfg.n_embd
+        self.tokens_embed = TiedEmbedding(vocab_size, cfg.n_embd, cfg.embd_pdrop, cfg.embd_dropout)
+        # PAPER.md 1: learned position embeddings (h0 = U We + Wp), not sinusoidal
+        self.positions_embed = nn.Embedding(cfg.n_positions, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.embd_pdrop)
+        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        # PAPER.md 4: GPT-2 adds a final LayerNorm after the last (pre-LN) block
+        self.ln_f: nn.LayerNorm | None = None
+        if cfg.arch == "gpt2":
+            self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PAPER.md 1: every weight N(0, initializer_range), biases 0, LayerNorm gains 1."""
+        std = self.cfg.initializer_range
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, 0.0, std)
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding | TiedEmbedding):
+                nn.init.normal_(module.weight, 0.0, std)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B, T) token ids -> (B, T, C) final hidden states."""
+        T = idx.size(1)
+        if T > self.cfg.n_positions:
+            raise ValueError(f"sequence of {T} tokens exceeds n_positions={self.cfg.n_positions}")
+        pos = self.positions_embed.weight[:T]
+        if self.tokens_embed.mode == "matrix":
+            # PAPER.md 5: the original keeps positions in the same (dropped) matrix as We
+            pos = self.tokens_embed.drop(pos)
+            x = self.tokens_embed.embed(idx) + pos  # (B, T, C)
+        else:
+            x = self.drop(self.tokens_embed.embed(idx) + pos)  # (B, T, C)
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) if self.ln_f is not None else x
+
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) -> (B, T, V) next-token logits through the tied output layer."""
+        return self.tokens_embed.logits(h)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Unique parameters (the tied output layer is counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_token(cfg: ModelCfg, vocab_size: int, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward = 3x forward), matmuls only.
+
+    6 x (block weights + tied output layer) plus attention scores and weighted sum
+    (12 x n_layer x seq_len x n_embd, counting the full T x T product).
+    """
+    block = 4 * cfg.n_embd * cfg.n_embd + 2 * cfg.n_embd * cfg.n_inner
+    dense = cfg.n_layer * block + vocab_size * cfg.n_embd
+    return 6.0 * dense + 12.0 * cfg.n_layer * seq_len * cfg.n_embd
+
+
+def transfer_weights(
+    src_state: dict[str, torch.Tensor], dst: GPT, layers_transferred: int | None
+) -> list[str]:
+    """Copy the embeddings (tokens + positions) and the first k blocks (None = all) into dst.
+
+    Figure 2 left (PAPER.md 3): the remaining blocks keep their random init. With every block
+    transferred the final LayerNorm (gpt2 arch) is copied too. Returns the copied keys.
+    """
+    n_layer = len(dst.h)
+    k = n_layer if layers_transferred is None else layers_transferred
+    if not 0 <= k <= n_layer:
+        raise ValueError(f"layers_transferred={k} outside 0..{n_layer}")
+    wanted = {"tokens_embed.weight", "positions_embed.weight"}
+    if k == n_layer:
+        wanted |= {name for name in dst.state_dict() if name.startswith("ln_f.")}
+    dst_state = dst.state_dict()
+    wanted |= {name for name in dst_state if name.startswith("h.") and int(name.split(".")[1]) < k}
+    copied = []
+    with torch.no_grad():
+        for name in sorted(wanted):
+            if name not in src_state:
+                raise KeyError(f"pre-trained state has no {name!r}")
+            src, tgt = src_state[name], dst_state[name]
+            if src.shape != tgt.shape:
+                shapes = f"{tuple(src.shape)} != {tuple(tgt.shape)}"
+                raise ValueError(f"{name}: pre-trained shape {shapes}")
+            tgt.copy_(src)
+            copied.append(name)
+    return copied

@@ -1,0 +1,124 @@
+"""GPT-1 model: shapes, causality, tying, init, dropout variants, parameter count (B2, B3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpt1.config import ModelCfg
+from gpt1.model import GPT, count_parameters, transfer_weights
+
+
+def _cfg(tiny_params, **over) -> ModelCfg:
+    return tiny_params.model.model_copy(update=over)
+
+
+@pytest.mark.parametrize("arch", ["gpt1", "gpt2"])
+def test_shapes_and_tied_head(tiny_params, arch):
+    model = GPT(_cfg(tiny_params, arch=arch), vocab_size=50).eval()
+    idx = torch.randint(0, 50, (3, 7))
+    h = model(idx)
+    assert h.shape == (3, 7, tiny_params.model.n_embd)
+    logits = model.lm_logits(h)
+    assert logits.shape == (3, 7, 50)
+    # the output layer is the token embedding (PAPER.md 1): no separate head parameter
+    torch.testing.assert_close(logits, h @ model.tokens_embed.weight.T)
+    names = [n for n, _ in model.named_parameters()]
+    assert ("ln_f.weight" in names) == (arch == "gpt2")
+
+
+@pytest.mark.parametrize("arch", ["gpt1", "gpt2"])
+@pytest.mark.parametrize("embd_dropout", ["activations", "matrix"])
+def test_causality(tiny_params, arch, embd_dropout):
+    """Changing token t+1 leaves the logits at positions <= t unchanged (B3)."""
+    model = GPT(_cfg(tiny_params, arch=arch, embd_dropout=embd_dropout), vocab_size=50).eval()
+    idx = torch.randint(0, 50, (2, 16))
+    t = 9
+    changed = idx.clone()
+    changed[:, t + 1] = (idx[:, t + 1] + 1) % 50
+    with torch.no_grad():
+        a, b = model.lm_logits(model(idx)), model.lm_logits(model(changed))
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-6)
+    assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().max() > 1e-4
+
+
+def test_causality_in_training_mode_with_dropout(tiny_params):
+    """The explicit dropout-attention path is causal too (same dropout masks via the seed)."""
+    model = GPT(_cfg(tiny_params, attn_pdrop=0.5), vocab_size=50).train()
+    idx = torch.randint(0, 50, (2, 16))
+    changed = idx.clone()
+    changed[:, 12] = (idx[:, 12] + 1) % 50
+    torch.manual_seed(3)
+    a = model.lm_logits(model(idx))
+    torch.manual_seed(3)
+    b = model.lm_logits(model(changed))
+    torch.testing.assert_close(a[:, :12], b[:, :12], rtol=0, atol=1e-6)
+
+
+def test_init(tiny_params):
+    model = GPT(_cfg(tiny_params, n_embd=64, n_inner=256, n_head=4), vocab_size=2000)
+    std = tiny_params.model.initializer_range
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            assert torch.count_nonzero(p) == 0, name
+        elif "ln_" in name:
+            assert torch.all(p == 1), name
+        else:
+            assert abs(p.std().item() - std) < 0.2 * std, name
+            assert abs(p.mean().item()) < 0.2 * std, name
+
+
+def test_matrix_dropout_shares_mask_with_head(tiny_params):
+    """embd_dropout=matrix: the output layer uses the same dropped We as the lookup."""
+    model = GPT(_cfg(tiny_params, embd_dropout="matrix", embd_pdrop=0.5), vocab_size=50).train()
+    idx = torch.arange(50).view(1, 50)[:, :16]
+    h = model(idx)
+    head = model.tokens_embed._head_weight
+    assert head is not None
+    assert (head == 0).float().mean() > 0.3  # half the entries dropped
+    torch.testing.assert_close(model.lm_logits(h), h @ head.T)
+    model.eval()
+    model(idx)
+    assert model.tokens_embed._head_weight is None
+
+
+def test_too_long_sequence_is_refused(tiny_params):
+    model = GPT(tiny_params.model, vocab_size=50)
+    with pytest.raises(ValueError, match="n_positions"):
+        model(torch.zeros(1, tiny_params.model.n_positions + 1, dtype=torch.long))
+
+
+def test_paper_parameter_count_matches_transformers():
+    """B2: the paper preset (40,478 + 3 specials, ctx 512) within 1% of transformers' OpenAIGPT."""
+    transformers = pytest.importorskip("transformers")
+    from gpt1.config import load_params
+    from tests.conftest import REPO
+
+    paper = load_params(REPO / "configs" / "paper.yaml").model
+    vocab = 40478 + 3
+    with torch.device("meta"):
+        ours = count_parameters(GPT(paper, vocab))
+        hf_cfg = transformers.OpenAIGPTConfig(
+            vocab_size=vocab, n_positions=paper.n_positions, n_embd=paper.n_embd,
+            n_layer=paper.n_layer, n_head=paper.n_head,
+        )
+        theirs = sum(p.numel() for p in transformers.OpenAIGPTLMHeadModel(hf_cfg).parameters())
+    assert abs(ours - theirs) / theirs < 0.01, (ours, theirs)
+    assert 115e6 < ours < 118e6  # PAPER.md 1: ~117M
+
+
+def test_transfer_weights_copies_first_k_blocks(tiny_params):
+    cfg = _cfg(tiny_params, n_layer=3)
+    src, dst = GPT(cfg, 50), GPT(cfg, 50)
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    copied = transfer_weights(src.state_dict(), dst, layers_transferred=1)
+    assert "tokens_embed.weight" in copied and "positions_embed.weight" in copied
+    for name, value in dst.state_dict().items():
+        source = src.state_dict()[name] if name in copied else before[name]
+        torch.testing.assert_close(value, source, rtol=0, atol=0)
+    assert all(n.startswith(("tokens_embed", "positions_embed", "h.0.")) for n in copied)
+    assert any(n.startswith("h.0.") for n in copied)
+    copied_all = transfer_weights(src.state_dict(), dst, layers_transferred=None)
+    assert set(copied_all) == set(src.state_dict())
+    with pytest.raises(ValueError):
+        transfer_weights(src.state_dict(), dst, layers_transferred=4)
