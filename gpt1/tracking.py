@@ -230,6 +230,12 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
         run.client.log_artifact(run.run_id, str(path), artifact_path)
 
 
+def log_text(text: str, artifact_file: str) -> None:
+    """Store `text` as an artifact file of the innermost open run (no-op without one)."""
+    if _ACTIVE:
+        _ACTIVE[-1].client.log_text(_ACTIVE[-1].run_id, text, artifact_file)
+
+
 def log_summary(metrics: Mapping[str, Any]) -> None:
     """Log the numeric leaves of a metrics dict (e.g. the stage's metrics JSON) on the open run.
 

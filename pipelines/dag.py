@@ -1,0 +1,85 @@
+"""The pipeline's stage graph, read from DVC (dvc.yaml + dvc.lock) — never written by hand.
+
+`read_plan(root)` lists the stages in topological order (ties in DVC's own order) with the
+stages each one depends on; `select(plan, wanted)` keeps some stages plus everything upstream
+of them, as `dvc repro <target>` would. No Prefect here, so it is cheap to test (E4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpt1.errors import Gpt1Error
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One DVC stage: its name (`finetune@rte` for foreach items) and its upstream stages."""
+
+    name: str
+    upstream: tuple[str, ...]
+
+    @property
+    def base(self) -> str:
+        """The dvc.yaml stage name (`finetune` for `finetune@rte`)."""
+        return self.name.split("@", 1)[0]
+
+
+def read_plan(root: str | Path) -> list[StagePlan]:
+    """Every stage of the DVC repo at `root`, upstream first; ties keep DVC's stage order."""
+    import networkx as nx
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(root)) as repo:
+            stages = list(repo.index.stages)
+            graph = repo.index.graph  # edge: stage -> a stage it depends on
+            name = {s: _address(s) for s in stages}
+            position = {name[s]: i for i, s in enumerate(stages)}
+            upstream = {
+                name[s]: tuple(sorted((name[d] for d in graph.successors(s)),
+                                      key=position.__getitem__))
+                for s in stages
+            }
+            names = nx.relabel_nodes(graph, name).reverse()
+    except DvcException as err:
+        raise Gpt1Error(f"cannot read the DVC pipeline ({err})", Path(root) / "dvc.yaml") from None
+    order = nx.lexicographical_topological_sort(names, key=lambda n: f"{position[n]:09d}")
+    return [StagePlan(n, upstream[n]) for n in order]
+
+
+def _address(stage: Any) -> str:
+    """The stage's name as `dvc dag` prints it from the repo root (not from the cwd)."""
+    from dvc.stage import PipelineStage
+
+    if isinstance(stage, PipelineStage):
+        where = stage.path_in_repo
+        return stage.name if where == "dvc.yaml" else f"{where}:{stage.name}"
+    return str(stage.path_in_repo)
+
+
+def select(plan: list[StagePlan], wanted: list[str] | None) -> list[StagePlan]:
+    """The stages named in `wanted` (a name or a foreach base name) plus all their upstream.
+
+    None = every stage. Unknown names raise Gpt1Error listing the known ones.
+    """
+    if wanted is None:
+        return plan
+    by_name = {s.name: s for s in plan}
+    keep: set[str] = set()
+    todo = []
+    for want in wanted:
+        hits = [s.name for s in plan if want in (s.name, s.base)]
+        if not hits:
+            known = ", ".join(s.name for s in plan)
+            raise Gpt1Error(f"no DVC stage {want!r} (stages: {known})", "stages")
+        todo.extend(hits)
+    while todo:
+        name = todo.pop()
+        if name not in keep:
+            keep.add(name)
+            todo.extend(by_name[name].upstream)
+    return [s for s in plan if s.name in keep]

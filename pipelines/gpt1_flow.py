@@ -1,0 +1,203 @@
+"""Prefect flow over the DVC pipeline: one task per DVC stage, each `dvc repro --single-item`.
+
+The stage graph is read from DVC (pipelines.dag), so dvc.lock stays the record and DVC decides
+what is stale: a re-run skips finished stages, and a stage that checkpoints resumes. Stages with
+no path between them run at once up to params.orchestrate.max_parallel_stages; only
+params.orchestrate.io_stages are retried. One MLflow parent run per flow run; each stage's own
+run nests under it through $GPT1_PARENT_RUN_ID. No ML logic here: stages live in gpt1.stages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import PrefectFuture, as_completed
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from gpt1 import atomic, tracking
+from gpt1.config import Params, load_params
+from gpt1.errors import Gpt1Error
+from pipelines.dag import StagePlan, read_plan, select
+
+# Threads available to stage tasks; the real cap is params.orchestrate.max_parallel_stages,
+# enforced by `_run_graph` (a deployment cannot size its task runner from params).
+_TASK_THREADS = 16
+_TAIL_LINES = 20
+
+
+def dvc_command() -> str:
+    """The dvc beside this interpreter (the project venv), else the one on PATH."""
+    local = Path(sys.executable).with_name("dvc")
+    found = str(local) if local.exists() else shutil.which("dvc")
+    if not found:
+        raise Gpt1Error("dvc is not installed in this environment", sys.executable)
+    return found
+
+
+def activate_params(root: Path, params_path: str) -> Params:
+    """Validate `params_path` and make it the repo's params.yaml (what dvc.yaml reads).
+
+    A preset such as configs/paper.yaml is copied over params.yaml, as `dvc exp` would apply
+    it; the file is validated first, so a bad preset leaves params.yaml untouched.
+    """
+    src, dst = (root / params_path).resolve(), root / "params.yaml"
+    params = load_params(src)
+    if src != dst.resolve() and (not dst.exists() or src.read_bytes() != dst.read_bytes()):
+        logging.getLogger(__name__).warning("params.yaml <- %s", params_path)
+        atomic.write_bytes(dst, src.read_bytes())
+    return params
+
+
+def stage_env(params: Params) -> dict[str, str]:
+    """Environment of the stage subprocesses: the venv first on PATH, an absolute MLflow URI."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["MLFLOW_TRACKING_URI"] = tracking.tracking_uri(params)
+    env.pop(tracking.PARENT_ENV, None)
+    env.setdefault("TQDM_MININTERVAL", "10")  # progress lines become log lines: not too many
+    return env
+
+
+def _dvc(args: list[str], root: Path, env: dict[str, str]) -> list[str]:
+    """Run one dvc command, streaming its output to the task log; returns its output lines."""
+    logger = get_run_logger()
+    cmd = [dvc_command(), "--wait-for-lock", *args]  # DVC's repo lock is held briefly; wait
+    logger.info("$ dvc %s", " ".join(args))
+    lines: list[str] = []
+    with subprocess.Popen(
+        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip():
+                lines.append(line.rstrip())
+                logger.info("%s", lines[-1])
+    if proc.returncode:
+        tail = " | ".join(lines[-3:])
+        raise Gpt1Error(f"`dvc {' '.join(args)}` exited with {proc.returncode}: {tail}", root)
+    return lines
+
+
+@task(name="dvc-stage", task_run_name="{stage}", cache_policy=NO_CACHE)
+def run_stage(
+    stage: str, upstream: list[str], root: str, env: dict[str, str], remote: str | None
+) -> dict[str, Any]:
+    """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs."""
+    started = time.time()
+    where = Path(root)
+    if remote and upstream:
+        _dvc(["pull", "--allow-missing", "-r", remote, *upstream], where, env)
+    output = _dvc(["repro", "--single-item", stage], where, env)
+    if remote:
+        _dvc(["push", "-r", remote, stage], where, env)
+    ran = any(line.startswith(f"Running stage '{stage}'") for line in output)
+    return {"stage": stage, "status": "ran" if ran else "unchanged", "started": started,
+            "finished": time.time()}
+
+
+def _run_graph(
+    plan: list[StagePlan], params: Params, root: Path, env: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Submit each stage once its upstream succeeded, at most max_parallel_stages at once."""
+    orch = params.orchestrate
+    pending = list(plan)  # topological: a stage's upstream comes before it
+    running: dict[PrefectFuture[dict[str, Any]], StagePlan] = {}
+    done: set[str] = set()
+    dead: set[str] = set()  # failed, or downstream of a failure
+    records: list[dict[str, Any]] = []
+    while pending or running:
+        for s in [s for s in pending if dead.intersection(s.upstream)]:
+            pending.remove(s)
+            dead.add(s.name)
+            records.append({"stage": s.name, "status": "not run (upstream failed)"})
+        ready = [s for s in pending if done.issuperset(s.upstream)]
+        for s in ready[: orch.max_parallel_stages - len(running)]:
+            pending.remove(s)
+            io = s.base in orch.io_stages
+            runner = run_stage.with_options(
+                retries=orch.io_retries if io else 0,
+                retry_delay_seconds=orch.io_retry_delay_seconds if io else 0,
+            )
+            running[runner.submit(s.name, list(s.upstream), str(root), env, orch.dvc_remote)] = s
+        if not running:
+            break
+        future = next(as_completed(list(running)))
+        s = running.pop(future)
+        result = future.result(raise_on_failure=False)
+        if future.state.is_completed():
+            done.add(s.name)
+            records.append(result)
+        else:
+            dead.add(s.name)
+            records.append({"stage": s.name, "status": "failed", "error": str(result)})
+    return records
+
+
+def results_markdown(params: Params, records: list[dict[str, Any]], run_link: str | None) -> str:
+    """The flow run's results: stage timeline and the metrics JSON files, as markdown."""
+    head = f"MLflow parent run: [{run_link}]({run_link})" if run_link else "MLflow: disabled"
+    lines = [f"# gpt1 pipeline: {flow_run.get_name() or 'local run'}", "", head, "",
+             "| stage | status | started (UTC) | seconds |", "|---|---|---|---|"]
+    for r in records:
+        when = time.strftime("%H:%M:%S", time.gmtime(r["started"])) if "started" in r else ""
+        secs = f"{r['finished'] - r['started']:.1f}" if "finished" in r else ""
+        lines.append(f"| {r['stage']} | {r['status']} | {when} | {secs} |")
+    lines += ["", "| metrics file | metric | value |", "|---|---|---|"]
+    for path in sorted(Path(params.paths.metrics).glob("*.json")):
+        for key, value in _headline(json.loads(path.read_text(encoding="utf-8"))):
+            lines.append(f"| {path.name} | {key} | {value} |")
+    return "\n".join(lines) + "\n"
+
+
+def _headline(metrics: dict[str, Any]) -> list[tuple[str, str]]:
+    """Fine-tune files: each score as mean ± sd in %; other files: their numeric leaves."""
+    scores = metrics.get("scores")
+    if isinstance(scores, dict):
+        return [(name, f"{100 * s['mean']:.1f} ± {100 * s.get('sd', 0.0):.1f}")
+                for name, s in scores.items() if isinstance(s, dict) and "mean" in s]
+    flat = tracking.flatten(metrics)
+    return [(k, f"{v:.6g}") for k, v in flat.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=_TASK_THREADS))  # type: ignore[arg-type]
+def gpt1_pipeline(
+    params_path: str = "params.yaml", stages: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Run the DVC pipeline (or `stages` plus their upstream) with `params_path` as params.yaml."""
+    logger = get_run_logger()
+    root = Path.cwd()
+    params = activate_params(root, params_path)
+    plan = select(read_plan(root), stages)
+    logger.info("stages: %s", ", ".join(s.name for s in plan))
+    env = stage_env(params)
+    name = f"gpt1/{flow_run.get_name() or 'local'}"
+    tags = {"prefect.flow_run_id": str(flow_run.get_id())}
+    with tracking.pipeline_run(name, params, tags) as parent:
+        if parent:
+            env[tracking.PARENT_ENV] = parent
+        records = _run_graph(plan, params, root, env)
+        link = tracking.run_url(params, parent) if parent else None
+        table = results_markdown(params, records, link)
+        create_markdown_artifact(table, key="gpt1-results", description="gpt1 pipeline results")
+        tracking.log_text(table, "pipeline_run.md")
+        failed = [r["stage"] for r in records if r["status"] not in ("ran", "unchanged")]
+        if failed:
+            raise Gpt1Error(f"stages did not complete: {', '.join(failed)}", "dvc.yaml")
+    return records
+
+
+if __name__ == "__main__":
+    gpt1_pipeline(params_path=sys.argv[1] if len(sys.argv) > 1 else "params.yaml")

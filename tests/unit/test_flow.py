@@ -1,0 +1,102 @@
+"""The Prefect flow's stage plan is DVC's graph (E4): same stages as `dvc dag`, upstream first."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpt1.errors import Gpt1Error
+from pipelines.dag import read_plan, select
+
+REPO = Path(__file__).resolve().parents[2]
+DVC = str(Path(sys.executable).with_name("dvc"))
+
+
+def dvc_dag(root: Path) -> tuple[set[str], set[tuple[str, str]]]:
+    """Stages and (upstream, downstream) edges printed by `dvc dag --dot`."""
+    dot = subprocess.run(
+        [DVC, "dag", "--dot"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    nodes = set(re.findall(r'^"([^"]+)";$', dot, re.M))
+    edges = set(re.findall(r'^"([^"]+)" -> "([^"]+)";$', dot, re.M))
+    return nodes, edges
+
+
+def assert_plan_matches_dvc(root: Path) -> list[str]:
+    plan = read_plan(root)
+    names = [s.name for s in plan]
+    nodes, edges = dvc_dag(root)
+    assert len(names) == len(set(names))
+    assert set(names) == nodes
+    position = {n: i for i, n in enumerate(names)}
+    assert all(position[a] < position[b] for a, b in edges)
+    assert {(u, s.name) for s in plan for u in s.upstream} == edges
+    return names
+
+
+def test_flow_stages_equal_dvc_dag_of_this_repo() -> None:
+    names = assert_plan_matches_dvc(REPO)
+    assert names, "dvc.yaml defines no stage"
+
+
+@pytest.fixture
+def toy_repo(tmp_path: Path) -> Path:
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([DVC, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "params.yaml").write_text("tasks: [rte, cola]\n")
+    (tmp_path / "dvc.yaml").write_text(textwrap.dedent("""\
+        stages:
+          report:
+            cmd: cat a b > r
+            deps: [a, ft_rte, ft_cola]
+            outs: [r]
+          download_corpus:
+            cmd: echo > raw
+            outs: [raw]
+          prep:
+            cmd: cp raw a
+            deps: [raw]
+            outs: [a]
+          finetune:
+            foreach: ${tasks}
+            do:
+              cmd: cp a ft_${item}
+              deps: [a]
+              outs: ["ft_${item}"]
+          lonely:
+            cmd: echo > l
+            outs: [l]
+        """))
+    return tmp_path
+
+
+def test_plan_is_topological_and_keeps_dvc_yaml_order(toy_repo: Path) -> None:
+    names = assert_plan_matches_dvc(toy_repo)
+    # report is written first in dvc.yaml but needs everything except `lonely`; ties keep the
+    # order DVC lists the stages in
+    assert names == ["download_corpus", "prep", "finetune@rte", "finetune@cola", "report", "lonely"]
+    plan = {s.name: s for s in read_plan(toy_repo)}
+    assert plan["report"].upstream == ("prep", "finetune@rte", "finetune@cola")
+    assert plan["finetune@cola"].base == "finetune"
+
+
+def test_select_adds_upstream_and_rejects_unknown(toy_repo: Path) -> None:
+    plan = read_plan(toy_repo)
+    assert select(plan, None) == plan
+    assert [s.name for s in select(plan, ["finetune@cola"])] == [
+        "download_corpus", "prep", "finetune@cola"]
+    assert [s.name for s in select(plan, ["finetune", "lonely"])] == [
+        "download_corpus", "prep", "finetune@rte", "finetune@cola", "lonely"]
+    with pytest.raises(Gpt1Error, match="no DVC stage 'pretrian'"):
+        select(plan, ["pretrian"])
+
+
+def test_broken_dvc_yaml_is_one_line_error(toy_repo: Path) -> None:
+    (toy_repo / "dvc.yaml").write_text("stages:\n  x: [\n")
+    with pytest.raises(Gpt1Error, match="dvc.yaml: cannot read the DVC pipeline"):
+        read_plan(toy_repo)
