@@ -99,6 +99,9 @@ class CleanCfg(Section):
     """A file with a line longer than this is skipped (counted under `line_too_long`)."""
     min_document_chars: PosInt
     """Documents shorter than this after cleaning are dropped (counted under `too_short`)."""
+    workers: PosInt
+    """Processes cleaning documents in parallel (1 = in-process); the output does not depend
+    on it (documents are cleaned independently and kept in input order)."""
 
 
 class ChecksCfg(Section):
