@@ -7,6 +7,7 @@ becomes one line on stderr and exit code 2, with nothing half-written.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -27,8 +28,9 @@ STAGES: dict[str, str] = {
 }
 TASK_STAGES: set[str] = set()
 
-# Commands that are not pipeline stages.
-TOOLS: dict[str, str] = {}
+# Commands that are not pipeline stages: name -> module with add_arguments(parser) and
+# run(args, params).
+TOOLS: dict[str, str] = {"serve": "gpt1.serve"}
 
 
 def quiet_telemetry() -> None:
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"run the `{name}` pipeline stage")
         if name in TASK_STAGES:
             p.add_argument("--task", required=True)
+    for name, module in TOOLS.items():
+        tool = importlib.import_module(module)
+        tool.add_arguments(sub.add_parser(name, help=(tool.__doc__ or name).splitlines()[0]))
     return parser
 
 
@@ -76,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     kwargs = {"task": args.task} if args.command in TASK_STAGES else {}
     try:
-        run_stage(args.command, args.params, **kwargs)
+        if args.command in TOOLS:
+            importlib.import_module(TOOLS[args.command]).run(args, load_params(args.params))
+        else:
+            run_stage(args.command, args.params, **kwargs)
     except (Gpt1Error, ParamsError) as err:
         print(f"gpt1 {args.command}: error: {err}", file=sys.stderr)
         return 2

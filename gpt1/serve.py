@@ -1,0 +1,221 @@
+"""`gpt1 serve`: local Prefect server + `gpu` pool, deployments, worker, MLflow UI (127.0.0.1).
+
+Starts a Prefect server, the `gpu` process pool with this repo's deployments and a worker, and
+the MLflow UI, all bound to 127.0.0.1; `gpt1 serve --stop` stops them.
+
+Each service runs in its own session (process group); their PIDs and command lines go to
+$PREFECT_HOME/gpt1-serve.json, so `--stop` signals exactly the processes it started (and their
+children) and never a recycled PID. Re-running `gpt1 serve` restarts only services that died.
+The tools are driven through their CLIs, so this module imports neither prefect nor mlflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import psutil
+
+from gpt1 import atomic, tracking
+from gpt1.config import Params
+from gpt1.errors import Gpt1Error
+
+log = logging.getLogger(__name__)
+
+POOL = "gpu"  # the work pool named in prefect.yaml
+HOST = "127.0.0.1"
+STATE_FILE = "gpt1-serve.json"
+WORKER_POLL_SECONDS = "2"  # Prefect's default poll (15 s) delays every run start
+STOP_ORDER = ("mlflow-ui", "worker", "prefect-server")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stop", action="store_true", help="stop what `gpt1 serve` started")
+    parser.add_argument("--prefect-port", type=int, default=4200, help="Prefect API/UI port")
+    parser.add_argument("--no-ui", action="store_true", help="do not start the MLflow UI")
+    parser.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds to wait for each service"
+    )
+
+
+def prefect_home() -> Path:
+    """$PREFECT_HOME, else <repo>/.prefect (kept out of git)."""
+    return Path(os.environ.get("PREFECT_HOME") or tracking.repo_root() / ".prefect").resolve()
+
+
+def run(args: argparse.Namespace, params: Params) -> None:
+    """Entry point of `gpt1 serve [--stop]`."""
+    if args.stop:
+        stop(prefect_home() / STATE_FILE, args.timeout)
+    else:
+        start(params, args.prefect_port, not args.no_ui, args.timeout)
+
+
+def _alive(entry: dict[str, Any]) -> bool:
+    """The recorded process still runs (same PID and start time: not a recycled PID)."""
+    try:
+        proc = psutil.Process(entry["pid"])
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() == entry["started"]
+    except psutil.Error:
+        return False
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise Gpt1Error(f"not valid JSON ({err.msg})", path) from None
+    if not isinstance(state, dict):
+        raise Gpt1Error("not a state file of `gpt1 serve`", path)
+    return state
+
+
+def _spawn(name: str, cmd: list[str], env: dict[str, str], home: Path, cwd: Path) -> dict:
+    logfile = home / f"gpt1-serve-{name}.log"
+    with open(logfile, "ab") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    log.info("started %s (pid %d), log %s", name, proc.pid, logfile)
+    started = psutil.Process(proc.pid).create_time()
+    return {"pid": proc.pid, "started": started, "cmd": cmd, "log": str(logfile)}
+
+
+def _wait_http(url: str, entry: dict[str, Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(entry):
+            raise Gpt1Error(f"exited while starting; see {entry['log']}", url)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise Gpt1Error(f"no answer after {timeout:.0f} s; see {entry['log']}", url)
+
+
+def _cli(name: str) -> str:
+    exe = Path(sys.executable).with_name(name)
+    return str(exe) if exe.exists() else name
+
+
+def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[str, Any]:
+    """Start (or complete) the local stack; returns the state written to the state file."""
+    root, home = tracking.repo_root(), prefect_home()
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / STATE_FILE
+    state = _read_state(path)
+    services = {k: v for k, v in state.get("services", {}).items() if _alive(v)}
+    if "prefect-server" in services:
+        prefect_port = int(state["prefect_port"])
+    api = f"http://{HOST}:{prefect_port}/api"
+    uri = tracking.tracking_uri(params)
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "true",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_TRACKING_URI": uri,
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        "PREFECT_WORKER_QUERY_SECONDS": os.environ.get(
+            "PREFECT_WORKER_QUERY_SECONDS", WORKER_POLL_SECONDS
+        ),
+    }
+    prefect = _cli("prefect")
+
+    def save() -> None:
+        atomic.write_json(path, {"prefect_port": prefect_port, "api_url": api,
+                                 "mlflow_ui": params.tracking.ui_url, "services": services})
+
+    if "prefect-server" not in services:
+        services["prefect-server"] = _spawn(
+            "prefect-server",
+            [prefect, "server", "start", "--host", HOST, "--port", str(prefect_port)],
+            env, home, root,
+        )
+        save()
+    _wait_http(f"{api}/health", services["prefect-server"], timeout)
+    for cmd in (
+        [prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"],
+        [prefect, "--no-prompt", "deploy", "--all"],
+    ):
+        done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        if done.returncode:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
+            raise Gpt1Error(f"`prefect {' '.join(cmd[1:])}` failed: {tail}", root / "prefect.yaml")
+    if "worker" not in services:
+        services["worker"] = _spawn(
+            "worker", [prefect, "worker", "start", "--pool", POOL], env, home, root
+        )
+        save()
+    if ui and "mlflow-ui" not in services:
+        if uri.startswith("sqlite:///"):
+            ui_url = urlparse(params.tracking.ui_url)
+            db_dir = Path(uri.removeprefix("sqlite:///")).parent
+            services["mlflow-ui"] = _spawn("mlflow-ui", [
+                _cli("mlflow"), "ui", "--host", HOST, "--port", str(ui_url.port),
+                "--backend-store-uri", uri, "--default-artifact-root",
+                (db_dir / "mlruns").as_uri(), "--workers", "1",
+            ], env, home, root)
+            save()
+        else:
+            log.info("tracking URI %s is a server: no local MLflow UI started", uri)
+    log.info("Prefect UI http://%s:%d  (export PREFECT_API_URL=%s)", HOST, prefect_port, api)
+    if "mlflow-ui" in services:
+        log.info("MLflow UI %s (ready in about 30 s)", params.tracking.ui_url)
+    log.info("stop everything with: gpt1 serve --stop")
+    save()
+    return _read_state(path)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)  # the service's own session: it and its children
+    except ProcessLookupError:
+        pass
+
+
+def stop(path: Path, timeout: float) -> list[str]:
+    """Stop every service in the state file that still runs; returns the names stopped."""
+    state = _read_state(path)
+    services: dict[str, dict[str, Any]] = state.get("services", {})
+    stopped = []
+    for name in sorted(services, key=lambda n: STOP_ORDER.index(n) if n in STOP_ORDER else -1):
+        entry = services[name]
+        if not _alive(entry):
+            continue
+        _signal_group(entry["pid"], signal.SIGTERM)
+        if name == "worker":  # a Prefect worker only logs the first signal (ENV.md)
+            time.sleep(1.0)
+            _signal_group(entry["pid"], signal.SIGINT)
+        try:
+            psutil.Process(entry["pid"]).wait(timeout)
+        except psutil.TimeoutExpired:
+            log.warning("%s (pid %d) ignored SIGTERM for %.0f s: killing", name, entry["pid"],
+                        timeout)
+            _signal_group(entry["pid"], signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+        _signal_group(entry["pid"], signal.SIGKILL)  # leftovers of the group, if any
+        log.info("stopped %s (pid %d)", name, entry["pid"])
+        stopped.append(name)
+    path.unlink(missing_ok=True)
+    return stopped
