@@ -230,6 +230,7 @@ class TaskOverride(Section):
     epochs: PosInt | None = None
     batch_size: PosInt | None = None
     max_train_examples: PosInt | None = None
+    max_eval_examples: PosInt | None = None
 
 
 class FinetuneCfg(Section):
@@ -252,6 +253,27 @@ class FinetuneCfg(Section):
     """Cap on training examples per task (demo runs); null = all."""
     max_eval_examples: PosInt | None
     overrides: dict[str, TaskOverride]
+
+
+class TasksCfg(Section):
+    """Canonical task tables (gpt1/tasks): carved-out splits and input truncation (PAPER.md 5)."""
+
+    carve_seed: NonNegInt
+    """Seed of every carved-out split (fixed apart from the training seeds)."""
+    dev_frac: Annotated[float, Field(gt=0.0, lt=1.0)]
+    """Fraction of a task's train rows carved out as the dev (model-selection) split when the
+    mirror has no separate one (MNLI, QQP, RTE, SST-2, CoLA, MRPC, SciTail)."""
+    test_frac: Annotated[float, Field(gt=0.0, lt=1.0)]
+    """Fraction carved out as the reported test split when the mirror has a single labelled
+    file for the task (SciTail: only the official test)."""
+    dev_examples: dict[str, PosInt]
+    """Fixed dev size per task, overriding dev_frac (story_cloze: 374, PAPER.md 5)."""
+    truncation: Literal["half", "longest_first"]
+    """half: each of the two segments cut to n_ctx // 2 - 2 tokens (original release,
+    PAPER.md 5); longest_first: cut the longer segment until the sequence fits n_ctx."""
+    truncate_keep: Literal["head", "tail"]
+    """Which end of an over-long segment is kept (original: head, `ctx[:max_len]`). In a
+    multiple-choice context the question is kept whole and the passage is cut."""
 
 
 class TrackingCfg(Section):
@@ -312,6 +334,7 @@ class Params(Section):
     lstm: LstmCfg
     pretrain: PretrainCfg
     finetune: FinetuneCfg
+    tasks: TasksCfg
     tracking: TrackingCfg
     orchestrate: OrchestrateCfg
 

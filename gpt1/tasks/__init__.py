@@ -1,0 +1,1 @@
+"""Fine-tuning tasks: the table (registry), readers (load) and input transformations (formats)."""
