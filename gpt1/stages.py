@@ -13,6 +13,7 @@ from typing import Any
 
 from gpt1 import atomic
 from gpt1.config import Params
+from gpt1.errors import Gpt1Error
 
 log = logging.getLogger(__name__)
 
@@ -22,3 +23,98 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
     path = Path(params.paths.metrics) / f"{stage}.json"
     atomic.write_json(path, {**metrics, "config_hash": params.digest()})
     return path
+
+
+def _read_corpus(params: Params) -> Any:
+    """The cleaned corpus parquet as a DataFrame (Gpt1Error when missing or unreadable)."""
+    import pandas as pd
+
+    path = Path(params.paths.clean_corpus)
+    if not path.is_file():
+        raise Gpt1Error("missing; run the clean_corpus stage first", path)
+    try:
+        return pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several types on a damaged file
+        raise Gpt1Error(f"unreadable parquet ({str(err).splitlines()[0]})", path) from None
+
+
+def download_corpus(params: Params) -> dict[str, Any]:
+    """Resolve the raw corpus (mirror read in place, or the hub) and write its manifest."""
+    from gpt1.data import sources
+
+    manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
+    metrics = {"source": manifest["source"], "files": len(manifest["files"]),
+               "bytes": sum(f["bytes"] for f in manifest["files"])}
+    write_metrics(params, "download_corpus", metrics)
+    return metrics
+
+
+def clean_corpus(params: Params) -> dict[str, Any]:
+    """Raw documents -> cleaned, standardized corpus parquet; stats as the stage metrics."""
+    from gpt1.data import clean, sources
+
+    docs = sources.raw_documents(sources.read_manifest(params.paths.raw))
+    kept, stats = clean.clean_documents(docs, params.clean)
+    if not kept:
+        raise Gpt1Error(f"no document left after cleaning (dropped: {stats['dropped']})",
+                        params.paths.raw)
+    with atomic.atomic_path(params.paths.clean_corpus) as tmp:
+        clean.documents_frame(kept).to_parquet(tmp, index=False)
+    write_metrics(params, "clean_corpus", stats)
+    log.info("clean: %d documents, %d characters, dropped %s", stats["documents"],
+             stats["characters"], {k: v for k, v in stats["dropped"].items() if v})
+    return stats
+
+
+def check_corpus(params: Params) -> dict[str, Any]:
+    """great-expectations gate over the cleaned corpus; fails the stage on any violation."""
+    from gpt1.data import checks
+
+    report = checks.check_corpus(_read_corpus(params), params.checks)
+    atomic.write_json(params.paths.corpus_checks, report)
+    metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed")}
+    write_metrics(params, "check_corpus", metrics)
+    if not report["success"]:
+        raise Gpt1Error(checks.summarize(report), params.paths.corpus_checks)
+    return metrics
+
+
+def train_bpe(params: Params) -> dict[str, Any]:
+    """Learn the BPE vocabulary on the cleaned corpus (PAPER.md 1, 5)."""
+    import time
+
+    from gpt1 import bpe
+
+    texts = _read_corpus(params)["text"].tolist()
+    start = time.perf_counter()
+    tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
+    metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
+               "tokenizer_hash": tok.hash, "seconds": round(time.perf_counter() - start, 2)}
+    write_metrics(params, "train_bpe", metrics)
+    return metrics
+
+
+def shard_corpus(params: Params) -> dict[str, Any]:
+    """Encode the cleaned corpus into train/val token shards, split by document."""
+    import time
+
+    from gpt1 import bpe
+    from gpt1.data import shards
+
+    corpus = _read_corpus(params)
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    start = time.perf_counter()
+    index = shards.write_shards(corpus["doc_id"].tolist(), corpus["text"].tolist(), tok,
+                                params.shard, params.seed, params.paths.shards)
+    seconds = time.perf_counter() - start
+    splits = index["splits"]
+    metrics = {
+        "documents": {s: len(v["documents"]) for s, v in splits.items()},
+        "tokens": {s: v["tokens"] for s, v in splits.items()},
+        "shards": {s: len(v["shards"]) for s, v in splits.items()},
+        "tokens_per_second": round(sum(v["tokens"] for v in splits.values()) / seconds),
+        "tokenizer_hash": tok.hash,
+    }
+    write_metrics(params, "shard_corpus", metrics)
+    log.info("shards: %s documents, %s tokens", metrics["documents"], metrics["tokens"])
+    return metrics

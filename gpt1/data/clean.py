@@ -239,3 +239,17 @@ def clean_documents(
                                             "no_end_marker")},
     }
     return kept, stats
+
+
+def documents_frame(docs: Sequence[CleanedDocument]) -> Any:
+    """The cleaned corpus table: doc_id, source, raw_sha256, sha256 (of text), n_chars, text."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "doc_id": [d.doc_id for d in docs],
+        "source": [d.source for d in docs],
+        "raw_sha256": [d.raw_sha256 for d in docs],
+        "sha256": [hashlib.sha256((d.text or "").encode("utf-8")).hexdigest() for d in docs],
+        "n_chars": [len(d.text or "") for d in docs],
+        "text": [d.text for d in docs],
+    })

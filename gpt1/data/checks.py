@@ -1,0 +1,235 @@
+"""Data-quality gates built in code with great-expectations 1.x (the only importer of it).
+
+`validate_frame(df, name, rules)` runs a list of rules (plain dicts, see RULE_KINDS) as one
+expectation suite and returns a JSON-ready report; `summarize(report)` is its one-line
+verdict. `corpus_rules(cfg)` is the suite over the cleaned corpus: non-empty text, no NUL or
+control characters, mojibake below a threshold, length bounds, unique ids. great_expectations
+is imported lazily (it takes ~7 s).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pandas as pd
+
+from gpt1.config import ChecksCfg
+
+log = logging.getLogger(__name__)
+
+Rule = dict[str, Any]
+"""{"kind": <RULE_KINDS key>, "column": ..., plus the kind's arguments; optional "mostly"
+(fraction of rows that must pass) and "label" (name in the summary)}."""
+
+CONTROL_CHARS = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+"""C0 controls (NUL included) and DEL; tab and newlines are allowed."""
+MOJIBAKE = r"(?:Ã[\x80-\xbf]|Â[\x80-\xbf]|â€|ï»¿|\ufffd)"
+"""UTF-8 read as Latin-1/cp1252 (Ã©, Â«, â€™, a BOM as ï»¿) and the replacement character."""
+
+# kind -> (expectation class name, {rule key: expectation argument})
+RULE_KINDS: dict[str, tuple[str, dict[str, str]]] = {
+    "not_null": ("ExpectColumnValuesToNotBeNull", {}),
+    "unique": ("ExpectColumnValuesToBeUnique", {}),
+    "in_set": ("ExpectColumnValuesToBeInSet", {"values": "value_set"}),
+    "between": ("ExpectColumnValuesToBeBetween", {"min": "min_value", "max": "max_value"}),
+    "length_between": ("ExpectColumnValueLengthsToBeBetween",
+                       {"min": "min_value", "max": "max_value"}),
+    "not_match_regex": ("ExpectColumnValuesToNotMatchRegex", {"regex": "regex"}),
+    "match_regex": ("ExpectColumnValuesToMatchRegex", {"regex": "regex"}),
+    "column_exists": ("ExpectColumnToExist", {}),
+    "row_count_between": ("ExpectTableRowCountToBeBetween",
+                          {"min": "min_value", "max": "max_value"}),
+}
+_EXAMPLE_CHARS = 60
+
+
+def corpus_rules(cfg: ChecksCfg) -> list[Rule]:
+    """The cleaned-corpus suite (columns doc_id, text)."""
+    return [
+        {"kind": "row_count_between", "min": 1, "max": None, "label": "non-empty corpus"},
+        {"kind": "unique", "column": "doc_id", "label": "unique ids"},
+        {"kind": "not_null", "column": "text", "label": "text present"},
+        {"kind": "length_between", "column": "text", "min": cfg.min_document_chars,
+         "max": cfg.max_document_chars, "label": "length bounds"},
+        {"kind": "not_match_regex", "column": "text", "regex": CONTROL_CHARS,
+         "label": "no NUL/control characters"},
+        {"kind": "not_match_regex", "column": "text", "regex": MOJIBAKE,
+         "mostly": 1.0 - cfg.max_mojibake_frac, "label": "mojibake below threshold"},
+    ]
+
+
+def _expectation(gx: Any, rule: Rule) -> Any:
+    if rule.get("kind") not in RULE_KINDS:
+        raise ValueError(f"unknown rule kind {rule.get('kind')!r}; known: {sorted(RULE_KINDS)}")
+    cls_name, args = RULE_KINDS[rule["kind"]]
+    kwargs = {dst: rule[src] for src, dst in args.items()}
+    if "column" in rule:
+        kwargs["column"] = rule["column"]
+    if "mostly" in rule:
+        kwargs["mostly"] = rule["mostly"]
+    return getattr(gx.expectations, cls_name)(**kwargs)
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > _EXAMPLE_CHARS:
+        return value[:_EXAMPLE_CHARS] + "..."
+    return value
+
+
+def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule]) -> dict[str, Any]:
+    """Run `rules` over df as one great-expectations suite; return a JSON-ready report.
+
+    Report: name, success, n_rows, evaluated/failed counts, and per rule its label, kind,
+    column, success, unexpected count/percent and a few (truncated) offending values.
+    """
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    expectations = [_expectation(gx, r) for r in rules]
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    batch_def = (ctx.data_sources.add_pandas(f"{name}_source")
+                 .add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole"))
+    suite = ctx.suites.add(gx.ExpectationSuite(name=f"{name}_suite"))
+    for exp in expectations:
+        suite.add_expectation(exp)
+    result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(
+        suite, result_format="SUMMARY")
+    by_id = {getattr(r.expectation_config, "id", None): r for r in result.results}
+    checks = []
+    for rule, exp in zip(rules, expectations, strict=True):
+        res = by_id[exp.id]
+        detail = res.result or {}
+        checks.append({
+            "label": rule.get("label", rule["kind"]),
+            "kind": rule["kind"],
+            "column": rule.get("column"),
+            "success": bool(res.success),
+            "unexpected_count": detail.get("unexpected_count"),
+            "unexpected_percent": detail.get("unexpected_percent"),
+            "observed_value": _short(detail.get("observed_value")),
+            "examples": [_short(v) for v in (detail.get("partial_unexpected_list") or [])[:3]],
+            "error": (res.exception_info or {}).get("exception_message")
+            if not res.success else None,
+        })
+    failed = sum(not c["success"] for c in checks)
+    return {"name": name, "success": failed == 0, "n_rows": len(df),
+            "evaluated": len(checks), "failed": failed, "checks": checks}
+
+
+def summarize(report: dict[str, Any]) -> str:
+    """One line: 'name: k/n checks failed: label (m rows, e.g. ...); ...' or 'name: ok'."""
+    if report["success"]:
+        return f"{report['name']}: all {report['evaluated']} checks passed"
+    parts = []
+    for c in report["checks"]:
+        if c["success"]:
+            continue
+        what = c["label"] + (f" [{c['column']}]" if c["column"] else "")
+        if c["unexpected_count"] is not None:
+            what += f" ({c['unexpected_count']} rows"
+            what += f", e.g. {c['examples'][0]!r})" if c["examples"] else ")"
+        elif c["observed_value"] is not None:
+            what += f" (observed {c['observed_value']!r})"
+        parts.append(what.replace("\n", " "))
+    return f"{report['name']}: {report['failed']}/{report['evaluated']} checks failed: " + (
+        "; ".join(parts))
+
+
+def check_corpus(df: pd.DataFrame, cfg: ChecksCfg) -> dict[str, Any]:
+    """Validate the cleaned corpus (doc_id, text, ...) against `corpus_rules(cfg)`."""
+    report = validate_frame(df[["doc_id", "text"]], "corpus", corpus_rules(cfg))
+    log.info("%s", summarize(report))
+    return report
+
+
+# ---------------------------------------------------------------- task tables (owner: TASKS)
+
+from gpt1.tasks.registry import CANONICAL_COLUMNS, TaskSpec  # noqa: E402
+
+
+def task_rules(spec: TaskSpec) -> list[Rule]:
+    """Suite over the view of a canonical task table made by `check_task_table`."""
+    rules: list[Rule] = [
+        {"kind": "not_null", "column": "id", "label": "id present"},
+        {"kind": "unique", "column": "id", "label": "duplicate id"},
+        {"kind": "between", "column": "text_a_chars", "min": 1, "max": None,
+         "label": "empty text (text_a)"},
+        {"kind": "not_null", "column": "label", "label": "label present"},
+    ]
+    if spec.fmt in ("entail", "similarity"):
+        rules.append({"kind": "between", "column": "text_b_chars", "min": 1, "max": None,
+                      "label": "empty text (text_b)"})
+    if spec.fmt == "choice":
+        rules += [
+            {"kind": "in_set", "column": "n_choices", "values": [spec.n_choices],
+             "label": f"wrong number of choices (expected {spec.n_choices})"},
+            {"kind": "between", "column": "min_choice_chars", "min": 1, "max": None,
+             "label": "empty answer choice"},
+        ]
+    else:
+        rules.append({"kind": "in_set", "column": "n_choices", "values": [0],
+                      "label": "choices given for a task without choices"})
+    if spec.regression:
+        low, high = spec.score_range if spec.score_range is not None else (None, None)
+        rules.append({"kind": "between", "column": "label", "min": low, "max": high,
+                      "label": f"label outside the score range {low}-{high}"})
+    else:
+        values = list(range(spec.n_choices if spec.fmt == "choice" else len(spec.labels)))
+        rules.append({"kind": "in_set", "column": "label", "values": values,
+                      "label": f"label outside the task's set {values}"})
+    return rules
+
+
+def _bad_rows(view: pd.DataFrame, rule: Rule) -> pd.Series:
+    """Rows violating one rule (GX decides success; this only locates the first bad row)."""
+    col = view[rule["column"]]
+    if rule["kind"] == "not_null":
+        return col.isna()
+    if rule["kind"] == "unique":
+        return col.duplicated(keep=False)
+    if rule["kind"] == "in_set":
+        return ~col.isin(rule["values"])
+    low = -float("inf") if rule.get("min") is None else rule["min"]
+    high = float("inf") if rule.get("max") is None else rule["max"]
+    return ~col.between(low, high)
+
+
+def check_task_table(df: pd.DataFrame, spec: TaskSpec) -> dict[str, Any]:
+    """Validate one canonical task table (gpt1/tasks/registry.py): labels in the task's set
+    (or score range), non-empty texts, unique ids, the right number of non-empty choices.
+
+    Returns the validate_frame report; each failed check also gets `first_row` and `source`
+    (the file:line the first bad row came from), so the caller can name it.
+    """
+    missing = [c for c in CANONICAL_COLUMNS if c not in df.columns]
+    if missing:
+        return {"name": f"task_{spec.name}", "success": False, "n_rows": len(df),
+                "evaluated": 1, "failed": 1, "checks": [{
+                    "label": f"missing column {missing[0]}", "kind": "column_exists",
+                    "column": missing[0], "success": False, "first_row": None,
+                    "source": None}]}
+
+    def chars(s: Any) -> int:
+        return len(s.strip()) if isinstance(s, str) else 0
+
+    # Derived columns keep every rule a plain column check (list cells included).
+    view = pd.DataFrame({
+        "id": df["id"].to_numpy(),
+        "text_a_chars": df["text_a"].map(chars).to_numpy(),
+        "text_b_chars": df["text_b"].map(chars).to_numpy(),
+        "n_choices": df["choices"].map(len).to_numpy(),
+        "min_choice_chars": df["choices"].map(
+            lambda cs: min((chars(c) for c in cs), default=1)).to_numpy(),
+        "label": df["label"].to_numpy(),
+    })
+    rules = task_rules(spec)
+    report = validate_frame(view, f"task_{spec.name}", rules)
+    for rule, check in zip(rules, report["checks"], strict=True):
+        if not check["success"]:
+            bad = _bad_rows(view, rule).to_numpy().nonzero()[0]
+            first = int(bad[0]) if len(bad) else None
+            check["first_row"] = first
+            check["source"] = None if first is None else str(df["source"].iloc[first])
+    return report
