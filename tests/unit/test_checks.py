@@ -1,0 +1,68 @@
+"""great-expectations gates: the corpus suite, the generic validate_frame, one-line summary."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from gpt1 import stages
+from gpt1.data import checks
+from gpt1.errors import Gpt1Error
+
+
+@pytest.fixture
+def cfg(tiny_params):
+    return tiny_params.checks.model_copy(update={"min_document_chars": 5,
+                                                 "max_document_chars": 100,
+                                                 "max_mojibake_frac": 0.2})
+
+
+def test_clean_corpus_passes(cfg) -> None:
+    df = pd.DataFrame({"doc_id": ["a", "b"], "text": ["hello world", "another \n text"]})
+    report = checks.check_corpus(df, cfg)
+    assert report["success"] and report["failed"] == 0
+    assert checks.summarize(report) == "corpus: all 6 checks passed"
+
+
+def test_each_violation_is_reported(cfg) -> None:
+    df = pd.DataFrame({
+        "doc_id": ["a", "b", "b", "d", "e", "f"],
+        "text": ["hello world", "nul\x00here", "fine text", "x", "cafÃ© x", "naÃ¯ve Ã©t"],
+    })
+    report = checks.check_corpus(df, cfg)
+    failed = {c["label"] for c in report["checks"] if not c["success"]}
+    assert failed == {"unique ids", "length bounds", "no NUL/control characters",
+                      "mojibake below threshold"}
+    line = checks.summarize(report)
+    assert line.startswith("corpus: 4/6 checks failed: ") and "\n" not in line
+    assert "'nul\\x00here'" in line
+
+
+def test_validate_frame_generic_rules() -> None:
+    df = pd.DataFrame({"label": [0, 1, 2], "text": ["a", "b", "c"], "score": [0.1, 0.5, 7.0]})
+    rules = [
+        {"kind": "in_set", "column": "label", "values": [0, 1]},
+        {"kind": "between", "column": "score", "min": 0, "max": 5, "label": "score range"},
+        {"kind": "column_exists", "column": "text"},
+        {"kind": "row_count_between", "min": 1, "max": 10},
+    ]
+    report = checks.validate_frame(df, "toy", rules)
+    assert [c["success"] for c in report["checks"]] == [False, False, True, True]
+    assert report["checks"][0]["examples"] == [2]
+    json.dumps(report)  # JSON-ready
+    with pytest.raises(ValueError, match="unknown rule kind"):
+        checks.validate_frame(df, "toy", [{"kind": "nope", "column": "text"}])
+
+
+def test_check_stage_writes_report_and_fails_in_one_line(make_params, tmp_path) -> None:
+    params = make_params({"checks": {"min_document_chars": 5}})
+    path = tmp_path / params.paths.clean_corpus
+    path.parent.mkdir(parents=True)
+    pd.DataFrame({"doc_id": ["a", "a"], "text": ["good text", "more text"]}).to_parquet(path)
+    with pytest.raises(Gpt1Error, match="unique ids") as err:
+        stages.check_corpus(params)
+    assert "\n" not in str(err.value)
+    report = json.loads(open(params.paths.corpus_checks).read())
+    assert report["success"] is False and report["failed"] == 1
