@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 PARENT_ENV = "GPT1_PARENT_RUN_ID"
 """Environment variable carrying the parent (pipeline) run id to stage subprocesses."""
+STAGE_RUN_ENV = "GPT1_RUN_ID"
+"""Environment variable carrying the stage's own run, opened by the flow: the stage's outermost
+`start_run` logs into it instead of creating one."""
 
 MetricsSink = Callable[[int, dict[str, float]], None]
 
@@ -150,18 +153,22 @@ def _log_params(client: MlflowClient, run_id: str, values: Mapping[str, Any]) ->
         client.log_batch(run_id, params=items[i : i + _MAX_BATCH_PARAMS])
 
 
+def _get_run(client: MlflowClient, params: Params, run_id: str, source: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        raise Gpt1Error(f"no MLflow run {run_id!r} in {tracking_uri(params)}", source) from None
+
+
 def _open_run(
     client: MlflowClient, params: Params, name: str, parent: str | None, tags: dict[str, str]
 ) -> str:
-    from mlflow.exceptions import MlflowException
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
     if parent:
-        try:
-            experiment_id = client.get_run(parent).info.experiment_id
-        except MlflowException:
-            where = tracking_uri(params)
-            raise Gpt1Error(f"no MLflow run {parent!r} in {where}", PARENT_ENV) from None
+        experiment_id = _get_run(client, params, parent, PARENT_ENV).info.experiment_id
         tags = {**tags, MLFLOW_PARENT_RUN_ID: parent}
     else:
         experiment_id = _experiment_id(client, params.tracking.experiment)
@@ -182,38 +189,58 @@ def _active_run_id() -> str | None:
 
 
 @contextlib.contextmanager
-def _open(params: Params, name: str, parent: str | None, tags: dict[str, str]) -> Iterator[_Run]:
-    """Create a run, make it the innermost open one, end it FINISHED / FAILED / KILLED."""
-    client = _client(params)
-    run = _Run(client, _open_run(client, params, name, parent, tags), params.tracking.flush_seconds)
-    log.info("MLflow run %s (%s) in %s", run.run_id, name, tracking_uri(params))
-    _ACTIVE.append(run)
+def _ended(client: MlflowClient, run_id: str) -> Iterator[None]:
+    """End the run FINISHED, or FAILED / KILLED when the block raises."""
     status = "FAILED"
     try:
-        yield run
+        yield
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
         raise
     finally:
+        client.set_terminated(run_id, status)
+
+
+@contextlib.contextmanager
+def _open(
+    params: Params, name: str, parent: str | None, tags: dict[str, str], attach: str | None
+) -> Iterator[_Run]:
+    """Create (or attach to) a run and make it the innermost open one while the block runs.
+
+    A created run is ended by the block; an attached one is left to whoever opened it.
+    """
+    client = _client(params)
+    if attach:
+        _get_run(client, params, attach, STAGE_RUN_ENV)
+    run_id = attach or _open_run(client, params, name, parent, tags)
+    run = _Run(client, run_id, params.tracking.flush_seconds)
+    log.info("MLflow run %s (%s) in %s", run.run_id, name, tracking_uri(params))
+    _ACTIVE.append(run)
+    try:
+        with contextlib.nullcontext() if attach else _ended(client, run_id):
+            yield run
+    finally:
         _ACTIVE.remove(run)
         run.flush()
-        client.set_terminated(run.run_id, status)
 
 
 @contextlib.contextmanager
 def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
     """Open an MLflow run for one stage and yield its `on_metrics(step, metrics)` sink.
 
-    Logs the flattened params once. Nests under $GPT1_PARENT_RUN_ID, else under the run open in
-    this process (if any). Step metrics are batched (params.tracking.flush_seconds) and flushed
-    on exit; the run ends FINISHED, or FAILED / KILLED when the block raises.
+    Nests under the run open in this process, else logs into $GPT1_RUN_ID (the stage run the
+    flow opened), else nests under $GPT1_PARENT_RUN_ID, else is a top-level run. A created run
+    gets the flattened params and ends FINISHED, or FAILED / KILLED when the block raises.
+    Step metrics are batched (params.tracking.flush_seconds) and flushed on exit.
     """
     if not params.tracking.enabled:
         yield _discard
         return
-    parent = os.environ.get(PARENT_ENV) or _active_run_id()
-    with _open(params, stage, parent, {"gpt1.stage": stage}) as run:
+    active = _active_run_id()
+    attach = None if active else os.environ.get(STAGE_RUN_ENV)
+    parent = active or os.environ.get(PARENT_ENV)
+    with _open(params, stage, parent, {"gpt1.stage": stage}, attach) as run:
         yield run.on_metrics
 
 
@@ -241,15 +268,17 @@ def log_summary(metrics: Mapping[str, Any]) -> None:
 
     Nested keys are joined with "." ({"scores": {"acc": {"mean": .8}}} -> "scores.acc.mean").
     """
-    if not _ACTIVE:
-        return
-    numeric = {
+    numeric = _numeric(metrics)
+    if _ACTIVE and numeric:
+        _ACTIVE[-1].on_metrics(0, numeric)
+
+
+def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {
         k: float(v)
         for k, v in flatten(metrics).items()
         if isinstance(v, int | float) and not isinstance(v, bool)
     }
-    if numeric:
-        _ACTIVE[-1].on_metrics(0, numeric)
 
 
 @contextlib.contextmanager
@@ -262,8 +291,44 @@ def pipeline_run(name: str, params: Params, tags: Mapping[str, str]) -> Iterator
     if not params.tracking.enabled:
         yield None
         return
-    with _open(params, name, None, {"gpt1.pipeline": name, **tags}) as run:
+    with _open(params, name, None, {"gpt1.pipeline": name, **tags}, None) as run:
         yield run.run_id
+
+
+@contextlib.contextmanager
+def stage_run(stage: str, params: Params, parent: str | None) -> Iterator[str | None]:
+    """Flow side: the nested run of one stage around its subprocess; yields its id.
+
+    Give the id to the subprocess in $GPT1_RUN_ID so its `start_run` logs into this run. Not
+    made the active run here, so several stages can be open at once from threads. None (and
+    nothing logged) when tracking is disabled or there is no parent run.
+    """
+    if not params.tracking.enabled or parent is None:
+        yield None
+        return
+    client = _client(params)
+    run_id = _open_run(client, params, stage, parent, {"gpt1.stage": stage})
+    with _ended(client, run_id):
+        yield run_id
+
+
+def record_stage(
+    params: Params, run_id: str, metrics_files: list[Path], tags: Mapping[str, str]
+) -> None:
+    """Log a finished stage's metrics JSON files (numeric leaves + the files) and tags."""
+    from mlflow.entities import Metric, RunTag
+
+    client = _client(params)
+    stamp = int(time.time() * 1000)
+    metrics: list[Metric] = []
+    for path in metrics_files:
+        if path.is_file():
+            client.log_artifact(run_id, str(path), "metrics")
+            values = _numeric(json.loads(path.read_text(encoding="utf-8")))
+            metrics += [Metric(k, v, stamp, 0) for k, v in values.items()]
+    for i in range(0, max(len(metrics), 1), _MAX_BATCH_METRICS):
+        client.log_batch(run_id, metrics=metrics[i : i + _MAX_BATCH_METRICS],
+                         tags=[RunTag(k, v) for k, v in tags.items()] if i == 0 else [])
 
 
 def run_url(params: Params, run_id: str) -> str:

@@ -7,6 +7,7 @@ of them, as `dvc repro <target>` would. No Prefect here, so it is cheap to test 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ from gpt1.errors import Gpt1Error
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One DVC stage: its name (`finetune@rte` for foreach items) and its upstream stages."""
+    """One DVC stage: its name (`finetune@rte` for foreach items), its upstream stages and its
+    metrics files (relative to the repo root)."""
 
     name: str
     upstream: tuple[str, ...]
+    metrics: tuple[str, ...] = ()
 
     @property
     def base(self) -> str:
@@ -45,10 +48,14 @@ def read_plan(root: str | Path) -> list[StagePlan]:
                 for s in stages
             }
             names = nx.relabel_nodes(graph, name).reverse()
+            metrics = {
+                name[s]: tuple(os.path.relpath(m.fs_path, repo.root_dir) for m in s.metrics)
+                for s in stages
+            }
     except DvcException as err:
         raise Gpt1Error(f"cannot read the DVC pipeline ({err})", Path(root) / "dvc.yaml") from None
     order = nx.lexicographical_topological_sort(names, key=lambda n: f"{position[n]:09d}")
-    return [StagePlan(n, upstream[n]) for n in order]
+    return [StagePlan(n, upstream[n], metrics[n]) for n in order]
 
 
 def _address(stage: Any) -> str:

@@ -90,25 +90,31 @@ def _dvc(args: list[str], root: Path, env: dict[str, str]) -> list[str]:
     return lines
 
 
-@task(name="dvc-stage", task_run_name="{stage}", cache_policy=NO_CACHE)
+@task(name="dvc-stage", task_run_name="{stage.name}", cache_policy=NO_CACHE)
 def run_stage(
-    stage: str, upstream: list[str], root: str, env: dict[str, str], remote: str | None
+    stage: StagePlan, params: Params, root: str, env: dict[str, str], parent: str | None
 ) -> dict[str, Any]:
-    """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs."""
-    started = time.time()
-    where = Path(root)
-    if remote and upstream:
-        _dvc(["pull", "--allow-missing", "-r", remote, *upstream], where, env)
-    output = _dvc(["repro", "--single-item", stage], where, env)
-    if remote:
-        _dvc(["push", "-r", remote, stage], where, env)
-    ran = any(line.startswith(f"Running stage '{stage}'") for line in output)
-    return {"stage": stage, "status": "ran" if ran else "unchanged", "started": started,
-            "finished": time.time()}
+    """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs; the stage's
+    MLflow run (nested under `parent`) gets its metrics files."""
+    started, where = time.time(), Path(root)
+    remote = params.orchestrate.dvc_remote
+    with tracking.stage_run(stage.name, params, parent) as run_id:
+        stage_env = {**env, tracking.STAGE_RUN_ENV: run_id} if run_id else env
+        if remote and stage.upstream:
+            _dvc(["pull", "--allow-missing", "-r", remote, *stage.upstream], where, stage_env)
+        output = _dvc(["repro", "--single-item", stage.name], where, stage_env)
+        if remote:
+            _dvc(["push", "-r", remote, stage.name], where, stage_env)
+        ran = any(line.startswith(f"Running stage '{stage.name}'") for line in output)
+        status = "ran" if ran else "unchanged"
+        if run_id:
+            files = [where / m for m in stage.metrics]
+            tracking.record_stage(params, run_id, files, {"gpt1.dvc": status})
+    return {"stage": stage.name, "status": status, "started": started, "finished": time.time()}
 
 
 def _run_graph(
-    plan: list[StagePlan], params: Params, root: Path, env: dict[str, str]
+    plan: list[StagePlan], params: Params, root: Path, env: dict[str, str], parent: str | None
 ) -> list[dict[str, Any]]:
     """Submit each stage once its upstream succeeded, at most max_parallel_stages at once."""
     orch = params.orchestrate
@@ -130,7 +136,7 @@ def _run_graph(
                 retries=orch.io_retries if io else 0,
                 retry_delay_seconds=orch.io_retry_delay_seconds if io else 0,
             )
-            running[runner.submit(s.name, list(s.upstream), str(root), env, orch.dvc_remote)] = s
+            running[runner.submit(s, params, str(root), env, parent)] = s
         if not running:
             break
         future = next(as_completed(list(running)))
@@ -186,9 +192,7 @@ def gpt1_pipeline(
     name = f"gpt1/{flow_run.get_name() or 'local'}"
     tags = {"prefect.flow_run_id": str(flow_run.get_id())}
     with tracking.pipeline_run(name, params, tags) as parent:
-        if parent:
-            env[tracking.PARENT_ENV] = parent
-        records = _run_graph(plan, params, root, env)
+        records = _run_graph(plan, params, root, env, parent)
         link = tracking.run_url(params, parent) if parent else None
         table = results_markdown(params, records, link)
         create_markdown_artifact(table, key="gpt1-results", description="gpt1 pipeline results")

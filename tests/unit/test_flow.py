@@ -55,6 +55,7 @@ def toy_repo(tmp_path: Path) -> Path:
             cmd: cat a b > r
             deps: [a, ft_rte, ft_cola]
             outs: [r]
+            metrics: [{reports/m.json: {cache: false}}]
           download_corpus:
             cmd: echo > raw
             outs: [raw]
@@ -82,6 +83,8 @@ def test_plan_is_topological_and_keeps_dvc_yaml_order(toy_repo: Path) -> None:
     assert names == ["download_corpus", "prep", "finetune@rte", "finetune@cola", "report", "lonely"]
     plan = {s.name: s for s in read_plan(toy_repo)}
     assert plan["report"].upstream == ("prep", "finetune@rte", "finetune@cola")
+    assert plan["report"].metrics == ("reports/m.json",)
+    assert plan["prep"].metrics == ()
     assert plan["finetune@cola"].base == "finetune"
 
 

@@ -112,3 +112,34 @@ def test_flatten() -> None:
         "e": {},
         "f": None,
     }
+
+
+def test_flow_stage_run_is_used_by_the_stage_subprocess(on_params, tmp_path, monkeypatch) -> None:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=on_params.tracking.uri)
+    metrics = tmp_path / "shard_corpus.json"
+    metrics.write_text('{"tokens": {"train": 900, "val": 50}, "tokenizer_hash": "ab"}')
+    with tracking.pipeline_run("flow", on_params, {}) as parent:
+        pass  # the flow process; the stage below runs "in a subprocess" (no run active here)
+    with tracking.stage_run("shard_corpus", on_params, parent) as run_id:
+        assert run_id
+        monkeypatch.setenv(tracking.STAGE_RUN_ENV, run_id)  # what the subprocess sees
+        with tracking.start_run("shard_corpus", on_params) as on_metrics:
+            on_metrics(3, {"loss": 2.0})
+            with tracking.start_run("seed0", on_params):  # inner runs still nest
+                pass
+        assert client.get_run(run_id).info.status == "RUNNING"  # the flow ends it
+        tracking.record_stage(on_params, run_id, [metrics, tmp_path / "absent.json"],
+                              {"gpt1.dvc": "ran"})
+    assert [c["stage"] for c in tracking.child_runs(on_params, parent)] == ["shard_corpus"]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics == {"loss": 2.0, "tokens.train": 900.0, "tokens.val": 50.0}
+    assert run.data.tags["gpt1.dvc"] == "ran"
+    assert [a.path for a in client.list_artifacts(run_id, "metrics")] == [
+        "metrics/shard_corpus.json"]
+    (inner,) = tracking.child_runs(on_params, run_id)
+    assert inner["stage"] == "seed0"
+    with tracking.stage_run("x", on_params, None) as none:
+        assert none is None
