@@ -80,7 +80,8 @@ def mirror_corpus_dir(mirror_dir: str | None) -> Path:
     return corpus
 
 
-def _scan_mirror(corpus: Path) -> list[dict[str, Any]]:
+def scan_corpus_dir(corpus: Path) -> list[dict[str, Any]]:
+    """Manifest entries (name, doc_id, bytes, sha256) of every non-hidden file, sorted."""
     files = sorted(p for p in corpus.iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
         raise Gpt1Error("corpus directory holds no files", corpus)
@@ -152,7 +153,7 @@ def download_corpus(
         tmp.mkdir()
         if cfg.source == "mirror":
             corpus = mirror_corpus_dir(mirror_dir)
-            files = _scan_mirror(corpus)
+            files = scan_corpus_dir(corpus)
             if cfg.max_documents is not None:
                 files = files[: cfg.max_documents]
             manifest.update(root=str(corpus), files=files)

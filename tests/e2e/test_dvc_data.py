@@ -1,0 +1,91 @@
+"""End to end through DVC: a copy of the repo, a tiny generated mirror, `dvc repro shard_corpus`.
+
+Checks the outputs, that a second repro is a no-op, and that changing one BPE parameter reruns
+train_bpe and shard_corpus only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+from data_fixtures import write_corpus
+
+from gpt1.bpe import load_bpe
+from gpt1.data.shards import read_shards
+
+pytestmark = pytest.mark.slow
+DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
+
+
+def _copy_repo(dest: Path) -> None:
+    """The repo's source files as git sees them (tracked or not ignored); no data, no .dvc."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file() and not name.startswith((".dvc/", "data/", "reports/", "dvc.lock")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+def _run(args: list[str], cwd: Path) -> str:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def _ran(output: str) -> list[str]:
+    return [s for s in DATA_STAGES if f"Running stage '{s}'" in output]
+
+
+def _set_params(repo: Path, **sections: dict) -> None:
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    for section, values in sections.items():
+        params[section].update(values)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_dvc_repro_data_stages(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _copy_repo(repo)
+    write_corpus(repo / "mirror", n_books=5, n_paragraphs=25)
+    _set_params(repo, paths={"mirror_dir": "mirror"}, clean={"workers": 1},
+                bpe={"n_merges": 200, "min_frequency": 1},
+                shard={"tokens_per_shard": 3000, "val_frac": 0.2},
+                tracking={"enabled": False})
+    _run(["git", "init", "-q"], repo)
+    _run(["dvc", "init", "-q"], repo)
+
+    first = _run(["dvc", "repro", "shard_corpus"], repo)
+    assert _ran(first) == DATA_STAGES
+
+    tok = load_bpe(repo / "data/tokenizer")
+    train = read_shards(repo / "data/shards", "train", tok.hash)
+    val = read_shards(repo / "data/shards", "val", tok.hash)
+    metrics = json.loads((repo / "reports/metrics/shard_corpus.json").read_text())
+    assert metrics["documents"] == {"train": 4, "val": 1}
+    assert metrics["tokens"] == {"train": sum(map(len, train)), "val": sum(map(len, val))}
+    clean = json.loads((repo / "reports/metrics/clean_corpus.json").read_text())
+    assert clean["documents"] == 5 and clean["gutenberg"]["gutenberg_stripped"] == 5
+    ignored = (repo / "data/.gitignore").read_text().split()
+    assert {"/raw", "/tokenizer", "/shards"} <= set(ignored)
+    assert "/clean" in ignored or "/corpus.parquet" in (repo / "data/clean/.gitignore").read_text()
+
+    second = _run(["dvc", "repro", "shard_corpus"], repo)
+    assert _ran(second) == []
+
+    _set_params(repo, bpe={"n_merges": 150})
+    third = _run(["dvc", "repro", "shard_corpus"], repo)
+    assert _ran(third) == ["train_bpe", "shard_corpus"]
+    assert load_bpe(repo / "data/tokenizer").hash != tok.hash
