@@ -1,0 +1,286 @@
+"""ONE supervised fine-tuning loop for every TaskSpec (PAPER.md 2, parity notes PAPER.md 5).
+
+Loss: mean(classifier loss) + lm_coef * mean(LM loss) with the LM loss masked to real tokens,
+averaged per sequence, then over the batch. Adam(W) with warm-up then linear decay, gradient
+clipping, bf16 autocast: gpt1.optim / gpt1.train.train_step, the same step as pre-training.
+Per seed: train for the task's epochs, select the epoch with the best dev score, score the
+test split with it and save its predictions. Any body with forward(idx) -> (B, T, C) and
+lm_logits(h) works (GPT, or the LSTM baseline of the ablations).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from gpt1 import atomic
+from gpt1.config import Params
+from gpt1.evaluate import aggregate, predict, score_split
+from gpt1.heads import TaskModel
+from gpt1.model import GPT, transfer_weights
+from gpt1.optim import build_optimizer, lr_at
+from gpt1.tasks.formats import Encoded
+from gpt1.tasks.registry import TaskSpec
+from gpt1.train import autocast_for, resolve_precision, train_step
+
+log = logging.getLogger(__name__)
+
+MetricsSink = Callable[[int, dict[str, float]], None]
+BodyFactory = Callable[[int], nn.Module]
+"""seed -> a fresh body (pre-trained weights copied in, or randomly initialised)."""
+PAD_ID = 0
+"""Padding token id; padded positions are masked out of every loss and never attended to
+by real tokens (causal attention, right padding)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hparams:
+    """The fine-tuning hyper-parameters of one task (params.finetune + per-task overrides)."""
+
+    lr: float
+    batch_size: int
+    epochs: int
+    warmup_frac: float
+    lm_coef: float
+    clf_pdrop: float
+    seeds: tuple[int, ...]
+    max_train_examples: int | None
+    max_eval_examples: int | None
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    grad_clip: float
+    precision: str
+    init_std: float
+    data_seed: int
+
+
+def resolve_hparams(params: Params, task: str) -> Hparams:
+    """params.finetune with the task's overrides; optimiser settings reused from pre-training
+    (PAPER.md 2: "all pre-training hyper-parameters unless stated")."""
+    ft, pt = params.finetune, params.pretrain
+    over = ft.overrides.get(task)
+
+    def pick(name: str) -> Any:
+        value = getattr(over, name) if over is not None else None
+        return getattr(ft, name) if value is None else value
+
+    return Hparams(
+        lr=pick("lr"), batch_size=pick("batch_size"), epochs=pick("epochs"),
+        warmup_frac=ft.warmup_frac, lm_coef=ft.lm_coef, clf_pdrop=ft.clf_pdrop,
+        seeds=tuple(ft.seeds), max_train_examples=pick("max_train_examples"),
+        max_eval_examples=pick("max_eval_examples"), betas=(pt.adam_beta1, pt.adam_beta2),
+        eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
+        precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
+    )
+
+
+def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,
+                 fresh: Callable[[], nn.Module]) -> BodyFactory:
+    """seed -> body: `scratch` = fresh(); `pretrained` = a seeded fresh copy of the pre-trained
+    architecture with its embeddings + first `layers_transferred` blocks copied (None = all;
+    Figure 2 left), the rest left at their random init. An LSTM body is copied whole."""
+
+    def make(seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        if init == "scratch":
+            return fresh()
+        if pretrained is None:
+            raise ValueError("init=pretrained needs the pre-trained model")
+        body = copy.deepcopy(pretrained).train()
+        reset = cast(Callable[[], None], body.reset_parameters)
+        reset()  # the blocks not transferred start from this seed's random init
+        state = pretrained.state_dict()
+        if isinstance(body, GPT):
+            transfer_weights(state, body, layers_transferred)
+        else:
+            if layers_transferred is not None:
+                raise ValueError("layers_transferred applies to the Transformer only")
+            body.load_state_dict(state)
+        return body
+
+    return make
+
+
+def cap(data: Encoded, limit: int | None, seed: int) -> Encoded:
+    """A seeded random subset of `limit` examples (kept in file order); all if limit is None."""
+    if limit is None or limit >= len(data):
+        return data
+    rows = np.sort(np.random.default_rng(seed).choice(len(data), size=limit, replace=False))
+    return data.subset(rows.tolist())
+
+
+def collate(seqs: Sequence[list[list[int]]], device: torch.device
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Examples of K sequences -> idx (B, K, T) right-padded with PAD_ID, lengths (B, K)."""
+    K = len(seqs[0])
+    T = max(len(s) for ex in seqs for s in ex)
+    idx = np.full((len(seqs), K, T), PAD_ID, dtype=np.int64)
+    lengths = np.zeros((len(seqs), K), dtype=np.int64)
+    for b, ex in enumerate(seqs):
+        for k, s in enumerate(ex):
+            idx[b, k, : len(s)] = s
+            lengths[b, k] = len(s)
+    return torch.from_numpy(idx).to(device), torch.from_numpy(lengths).to(device)
+
+
+def lm_loss(model: TaskModel, h: torch.Tensor, idx: torch.Tensor, lengths: torch.Tensor
+            ) -> torch.Tensor:
+    """Next-token loss on real tokens only, averaged per sequence, then over sequences."""
+    BK, T = h.shape[0], h.shape[1]
+    flat_len = lengths.reshape(BK)
+    pos = torch.arange(T - 1, device=h.device)
+    mask = pos[None, :] < (flat_len[:, None] - 1)  # (BK, T-1): predict token t+1 from t
+    rows, cols = mask.nonzero(as_tuple=True)
+    logits = model.lm_logits(h[rows, cols])  # (N, V): only real positions, no padding waste
+    targets = idx.reshape(BK, T)[rows, cols + 1]
+    tok = F.cross_entropy(logits.float(), targets, reduction="none")  # (N,)
+    per_seq = torch.zeros(BK, device=h.device).index_add_(0, rows, tok)
+    n_tok = mask.sum(1).clamp(min=1)
+    return (per_seq / n_tok).mean()
+
+
+def clf_loss(spec: TaskSpec, out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    if spec.regression:
+        return F.mse_loss(out.float(), labels.float())
+    return F.cross_entropy(out.float(), labels)  # choice: softmax over the K answers
+
+
+def make_loss_fn(spec: TaskSpec, lm_coef: float) -> Callable[[nn.Module, Any], torch.Tensor]:
+    """loss_fn(model, batch) for train_step (which adds autocast): mean(clf) + lm_coef *
+    mean(lm) (PAPER.md 5; lm_coef = 0 disables the auxiliary LM loss)."""
+
+    def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
+        idx, lengths, labels = batch
+        assert isinstance(model, TaskModel)
+        out, h = model(idx, lengths)
+        loss = clf_loss(spec, out, labels)
+        if lm_coef > 0:
+            loss = loss + lm_coef * lm_loss(model, h, idx, lengths)
+        return loss
+
+    return loss_fn
+
+
+def _labels(spec: TaskSpec, data: Encoded, rows: Sequence[int], device: torch.device
+            ) -> torch.Tensor:
+    y = data.labels[np.asarray(rows, dtype=int)]
+    return torch.as_tensor(y, dtype=torch.float32 if spec.regression else torch.long,
+                           device=device)
+
+
+@torch.no_grad()
+def infer(model: TaskModel, data: Encoded, batch_size: int, precision: str,
+          device: torch.device, desc: str) -> np.ndarray:
+    """Head outputs for every example (eval mode; examples batched by length)."""
+    model.eval()
+    order = np.argsort([max(len(s) for s in ex) for ex in data.seqs], kind="stable")
+    outs: list[np.ndarray] = [np.empty(0)] * len(order)
+    bar = tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False)
+    for start in bar:
+        rows = order[start : start + batch_size]
+        idx, lengths = collate([data.seqs[i] for i in rows], device)
+        with autocast_for(precision, device):
+            out, _ = model(idx, lengths)
+        for i, o in zip(rows, out.float().cpu().numpy(), strict=True):
+            outs[i] = o
+    return np.stack(outs)
+
+
+def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encoded],
+                   make_body: BodyFactory, on_metrics: MetricsSink, out_dir: Path,
+                   device: torch.device, step0: int) -> dict[str, Any]:
+    """Fine-tune one model; pick the best dev epoch; score and save test predictions."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    precision = resolve_precision(hp.precision, device)
+    model = TaskModel(make_body(seed), spec, hp.clf_pdrop, hp.init_std).to(device)
+    opt = build_optimizer(model, hp.lr, hp.betas, hp.eps, hp.weight_decay)
+    loss_fn = make_loss_fn(spec, hp.lm_coef)
+    train = data["train"]
+    steps_per_epoch = math.ceil(len(train) / hp.batch_size)
+    total = hp.epochs * steps_per_epoch
+    warmup = round(hp.warmup_frac * total)
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+    history = []
+    step, t0, seen = 0, time.perf_counter(), 0
+    bar = tqdm(total=total, desc=f"{spec.name} seed {seed}", unit="step")
+    for epoch in range(hp.epochs):
+        model.train()
+        perm = rng.permutation(len(train))
+        for start in range(0, len(train), hp.batch_size):
+            rows = perm[start : start + hp.batch_size].tolist()
+            idx, lengths = collate([train.seqs[i] for i in rows], device)
+            batch = (idx, lengths, _labels(spec, train, rows, device))
+            lr = lr_at(step + 1, total, warmup, hp.lr, "linear")
+            stats = train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip, precision)
+            step += 1
+            seen += len(rows)
+            bar.update(1)
+            bar.set_postfix(loss=f"{stats['loss']:.3f}")
+            on_metrics(step0 + step, {f"train/{k}": float(v) for k, v in stats.items()})
+        dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
+        dev = score_split(spec, data["dev"].labels, predict(spec, dev_out), data["dev"].groups)
+        history.append({"epoch": epoch + 1, **dev})
+        on_metrics(step0 + step, {f"dev/{k}": v for k, v in dev.items()})
+        log.info("%s seed %d epoch %d dev %s", spec.name, seed, epoch + 1, dev)
+        if best is None or dev[spec.metric] > best[0]:
+            state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            best = (dev[spec.metric], epoch + 1, state)
+    bar.close()
+    train_s = time.perf_counter() - t0
+    assert best is not None
+    model.load_state_dict(best[2])
+    test = data["test"]
+    t1 = time.perf_counter()
+    test_out = infer(model, test, hp.batch_size * 2, precision, device, "test")
+    eval_s = time.perf_counter() - t1
+    pred = predict(spec, test_out)
+    scores = score_split(spec, test.labels, pred, test.groups)
+    on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
+    frame = pd.DataFrame({"id": test.ids, "group": test.groups, "label": test.labels,
+                          "prediction": pred})
+    atomic.write_bytes(out_dir / f"predictions_seed{seed}.parquet",
+                       frame.to_parquet(index=False) or b"")
+    return {"seed": seed, "scores": scores, "best_epoch": best[1], "dev_history": history,
+            "steps": step, "train_examples_per_s": seen / train_s,
+            "eval_examples_per_s": len(test) / eval_s}
+
+
+def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
+                  make_body: BodyFactory, out_dir: str | Path, on_metrics: MetricsSink,
+                  ) -> dict[str, Any]:
+    """Fine-tune on data["train"] for every seed, select on data["dev"], score data["test"].
+
+    Returns the result (scores aggregated over seeds, per-seed details, sizes).
+    """
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = {"train": cap(data["train"], hp.max_train_examples, hp.data_seed),
+            "dev": cap(data["dev"], hp.max_eval_examples, hp.data_seed),
+            "test": cap(data["test"], hp.max_eval_examples, hp.data_seed)}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    for i, seed in enumerate(hp.seeds):
+        steps_before = sum(r["steps"] for r in runs) + i
+        runs.append(train_one_seed(spec, hp, seed, data, make_body, on_metrics, out_dir,
+                                   device, steps_before))
+    return {
+        "scores": aggregate([r["scores"] for r in runs]),
+        "seeds": runs,
+        "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_eval": len(data["test"]),
+        "truncated": {s: data[s].n_truncated for s in data},
+    }

@@ -1,0 +1,138 @@
+"""Head, losses and loop pieces: C3 (similarity symmetric), shared choice dropout, LM masking,
+per-task overrides, layer transfer, any body (GPT or LSTM)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gpt1.finetune import (
+    body_factory,
+    cap,
+    collate,
+    lm_loss,
+    make_loss_fn,
+    resolve_hparams,
+)
+from gpt1.heads import TaskHead, TaskModel
+from gpt1.lstm import LSTMLM
+from gpt1.model import GPT
+from gpt1.tasks.formats import Encoded, Specials, Truncation, layout
+from gpt1.tasks.registry import TASKS
+
+V = 40
+SP = Specials(start=V - 3, delimiter=V - 2, classify=V - 1)
+
+
+def test_similarity_is_symmetric(tiny_params) -> None:
+    """C3: swapping the two sentences gives the same output."""
+    torch.manual_seed(0)
+    spec = TASKS["stsb"]
+    model = TaskModel(GPT(tiny_params.model, V), spec, 0.1, 0.02).eval()
+    tr = Truncation(n_ctx=tiny_params.model.n_positions, rule="longest_first", keep="head")
+    a, b = [1, 2, 3, 4, 5], [9, 8, 7]
+    ab, _ = layout(spec, a, b, [], SP, tr)
+    ba, _ = layout(spec, b, a, [], SP, tr)
+    out_ab, _ = model(*collate([ab], torch.device("cpu")))
+    out_ba, _ = model(*collate([ba], torch.device("cpu")))
+    assert out_ab.shape == (1,)
+    assert torch.equal(out_ab, out_ba)
+    one_order = TaskModel(GPT(tiny_params.model, V), TASKS["mrpc"], 0.1, 0.02).eval()
+    x, _ = one_order(*collate([ab], torch.device("cpu")))
+    y, _ = one_order(*collate([[ab[0], ab[0]]], torch.device("cpu")))
+    assert not torch.allclose(x, y)  # both orders really reach the head
+
+
+def test_choice_dropout_mask_is_shared_across_answers() -> None:
+    torch.manual_seed(0)
+    head = TaskHead(TASKS["race"], 16, 0.5, 0.02).train()
+    h = torch.randn(3, 1, 16).expand(3, 4, 16)  # the same state for the 4 answers
+    out = head(h)  # (B, K)
+    assert out.shape == (3, 4)
+    assert torch.allclose(out, out[:, :1].expand_as(out))  # same mask -> same score
+    assert not torch.allclose(out[0], out[1])
+    assert TaskHead(TASKS["snli"], 16, 0.1, 0.02)(torch.randn(2, 1, 16)).shape == (2, 3)
+
+
+def test_lm_loss_ignores_padding_and_averages_per_sequence(tiny_params) -> None:
+    torch.manual_seed(0)
+    model = TaskModel(GPT(tiny_params.model, V), TASKS["sst2"], 0.0, 0.02).eval()
+    short, long = [[SP.start, 1, 2, SP.classify]], [[SP.start, *range(3, 20), SP.classify]]
+    dev = torch.device("cpu")
+    with torch.no_grad():
+        parts = []
+        for ex in (short, long):
+            idx, lengths = collate([ex], dev)
+            _, h = model(idx, lengths)
+            parts.append(lm_loss(model, h, idx, lengths))
+        idx, lengths = collate([short, long], dev)
+        assert idx.shape == (2, 1, 19) and lengths.tolist() == [[4], [19]]
+        _, h = model(idx, lengths)
+        both = lm_loss(model, h, idx, lengths)
+    # Per-sequence means, then the batch mean: the short sequence weighs as much as the long.
+    assert torch.allclose(both, (parts[0] + parts[1]) / 2, atol=1e-5)
+
+
+def test_total_loss_adds_lambda_times_lm(tiny_params) -> None:
+    torch.manual_seed(0)
+    spec = TASKS["sst2"]
+    model = TaskModel(GPT(tiny_params.model, V), spec, 0.0, 0.02).eval()
+    idx, lengths = collate([[[SP.start, 1, 2, 3, SP.classify]]], torch.device("cpu"))
+    batch = (idx, lengths, torch.tensor([1]))
+    with torch.no_grad():
+        clf = make_loss_fn(spec, 0.0)(model, batch)
+        total = make_loss_fn(spec, 0.5)(model, batch)
+        _, h = model(idx, lengths)
+        lm = lm_loss(model, h, idx, lengths)
+    assert torch.allclose(total, clf + 0.5 * lm)
+
+
+def test_overrides_per_task(make_params) -> None:
+    params = make_params({"finetune": {"overrides": {"race": {"lr": 1e-5, "batch_size": 2,
+                                                              "max_eval_examples": 7}}}})
+    race, sst2 = resolve_hparams(params, "race"), resolve_hparams(params, "sst2")
+    assert (race.lr, race.batch_size, race.max_eval_examples) == (1e-5, 2, 7)
+    assert (sst2.lr, sst2.batch_size) == (params.finetune.lr, params.finetune.batch_size)
+    assert race.epochs == params.finetune.epochs and race.grad_clip == params.pretrain.grad_clip
+
+
+def test_layers_transferred_copies_embeddings_and_first_blocks(tiny_params) -> None:
+    torch.manual_seed(123)
+    pre = GPT(tiny_params.model, V)
+    body = body_factory("pretrained", 1, pre, lambda: GPT(tiny_params.model, V))(0)
+    s, p = body.state_dict(), pre.state_dict()
+    assert torch.equal(s["tokens_embed.weight"], p["tokens_embed.weight"])
+    assert torch.equal(s["h.0.attn.c_attn.weight"], p["h.0.attn.c_attn.weight"])
+    assert not torch.equal(s["h.1.attn.c_attn.weight"], p["h.1.attn.c_attn.weight"])
+    full = body_factory("pretrained", None, pre, lambda: GPT(tiny_params.model, V))(0)
+    assert all(torch.equal(v, p[k]) for k, v in full.state_dict().items())
+    scratch = body_factory("scratch", None, pre, lambda: GPT(tiny_params.model, V))(0)
+    assert not torch.equal(scratch.state_dict()["tokens_embed.weight"], p["tokens_embed.weight"])
+    again = body_factory("scratch", None, pre, lambda: GPT(tiny_params.model, V))(0)
+    assert torch.equal(again.state_dict()["h.1.mlp.c_fc.weight"],
+                       scratch.state_dict()["h.1.mlp.c_fc.weight"])  # seeded
+
+
+def test_lstm_body_fits_the_same_head_and_losses(tiny_params) -> None:
+    torch.manual_seed(0)
+    spec = TASKS["race"]
+    pre = LSTMLM(tiny_params.lstm, V)
+    body = body_factory("pretrained", None, pre, lambda: LSTMLM(tiny_params.lstm, V))(0)
+    model = TaskModel(body, spec, 0.1, 0.02).train()
+    ex = [[SP.start, 1, 2, SP.delimiter, k, SP.classify] for k in (5, 6, 7, 8)]
+    idx, lengths = collate([ex, ex], torch.device("cpu"))
+    loss = make_loss_fn(spec, 0.5)(model, (idx, lengths, torch.tensor([0, 3])))
+    loss.backward()
+    assert loss.item() > 0 and body.tokens_embed.weight.grad is not None
+    with pytest.raises(ValueError, match="Transformer only"):
+        body_factory("pretrained", 2, pre, lambda: LSTMLM(tiny_params.lstm, V))(0)
+
+
+def test_cap_is_a_seeded_subset() -> None:
+    data = Encoded([[[i]] for i in range(50)], np.arange(50), [str(i) for i in range(50)],
+                   [""] * 50, [i % 2 == 0 for i in range(50)])
+    a, b = cap(data, 10, 3), cap(data, 10, 3)
+    assert a.ids == b.ids and len(a) == 10 and a.ids == sorted(a.ids, key=int)
+    assert a.n_truncated == sum(int(i) % 2 == 0 for i in a.ids)
+    assert cap(data, None, 3) is data and cap(data, 99, 3) is data
