@@ -25,12 +25,14 @@ STAGES: dict[str, str] = {
     "check_corpus": "check_corpus",
     "train_bpe": "train_bpe",
     "shard_corpus": "shard_corpus",
+    "pretrain": "pretrain",
+    "pretrain_lstm": "pretrain_lstm",
 }
 TASK_STAGES: set[str] = set()
 
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
-TOOLS: dict[str, str] = {"serve": "gpt1.serve"}
+TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export"}
 
 
 def quiet_telemetry() -> None:

@@ -175,6 +175,9 @@ class LstmCfg(Section):
     n_embd: PosInt
     """Embedding width (tied to the output layer through a projection when != hidden_size)."""
     dropout: Prob
+    """Dropout on the embeddings and on the LSTM outputs."""
+    initializer_range: PosFloat
+    """Std of the N(0, s) init of the embedding and projection (as the Transformer's)."""
 
 
 class PretrainCfg(Section):

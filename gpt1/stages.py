@@ -7,6 +7,7 @@ and the Prefect flow.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -117,4 +118,44 @@ def shard_corpus(params: Params) -> dict[str, Any]:
     }
     write_metrics(params, "shard_corpus", metrics)
     log.info("shards: %s documents, %s tokens", metrics["documents"], metrics["tokens"])
+    return metrics
+
+
+def pretrain(params: Params) -> dict[str, Any]:
+    """Pre-train the Transformer LM on the token shards (PAPER.md 1); resumes if interrupted."""
+    return _pretrain(params, "pretrain", "gpt", params.paths.checkpoints)
+
+
+def pretrain_lstm(params: Params) -> dict[str, Any]:
+    """Pre-train the LSTM LM baseline (Table 5 / Figure 2) with the same loop and data."""
+    return _pretrain(params, "pretrain_lstm", "lstm", params.paths.lstm_checkpoints)
+
+
+def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, Any]:
+    import os
+
+    import torch
+
+    from gpt1 import bpe, checkpoint, tracking, train
+    from gpt1.data import shards
+    from gpt1.lstm import lstm_flops_per_token
+    from gpt1.model import flops_per_token
+
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
+    val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
+    torch.manual_seed(params.seed)  # the initial weights are part of the run's trajectory
+    model = checkpoint.build_model(kind, params, tok.vocab_size)
+    flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
+             if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
+    meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash}
+    is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
+    run = tracking.start_run(stage, params) if is_rank0 else contextlib.nullcontext(None)
+    with run as on_metrics:
+        metrics = train.pretrain(model, train_tokens, val_tokens, params, run_dir, meta, flops,
+                                 on_metrics or (lambda step, m: None))
+    history = metrics.pop("history")
+    if is_rank0:
+        atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
+        write_metrics(params, stage, metrics)
     return metrics

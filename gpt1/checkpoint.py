@@ -1,0 +1,270 @@
+"""Checkpoints and final weights: safetensors + JSON only, every file hashed, written atomically.
+
+Layout of a pre-training run directory (params.paths.checkpoints / lstm_checkpoints):
+  checkpoints/step_<n>/  model.safetensors, optimizer.safetensors, rng.safetensors, state.json
+                         (the latest one only; resume point)
+  zeroshot/step_<n>.safetensors   log-spaced weights kept for the zero-shot study (Figure 2)
+  model.safetensors + model.json  final weights; model.json = params, tokenizer hash, step,
+                                  kind, vocab size and the sha256 of every weights file.
+Nothing is unpickled: a tampered or truncated file fails its sha256 (or JSON digest) check with
+a Gpt1Error naming it before any byte of it is parsed as tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
+from torch import nn
+
+from gpt1 import atomic
+from gpt1.config import Params, ParamsError, parse_params
+from gpt1.errors import Gpt1Error
+from gpt1.lstm import LSTMLM
+from gpt1.model import GPT
+
+log = logging.getLogger(__name__)
+
+CKPT_DIR = "checkpoints"
+ZEROSHOT_DIR = "zeroshot"
+MODEL_FILE = "model.safetensors"
+MODEL_META = "model.json"
+STATE_FILE = "state.json"
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+
+def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
+    """A fresh GPT (`kind="gpt"`) or LSTM language model from params."""
+    if kind == "gpt":
+        return GPT(params.model, vocab_size)
+    if kind == "lstm":
+        return LSTMLM(params.lstm, vocab_size)
+    raise ValueError(f"unknown model kind {kind!r}")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _json_digest(body: dict[str, Any]) -> str:
+    return _sha256(json.dumps(body, sort_keys=True).encode())
+
+
+def _write_json_with_digest(path: Path, body: dict[str, Any]) -> None:
+    atomic.write_json(path, {**body, "digest": _json_digest(body)})
+
+
+def _read_json_with_digest(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise Gpt1Error("missing", path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise Gpt1Error(f"not valid JSON, truncated or tampered ({err})", path) from None
+    if not isinstance(raw, dict) or "digest" not in raw:
+        raise Gpt1Error("no digest field; not a gpt1 checkpoint file", path)
+    body = {k: v for k, v in raw.items() if k != "digest"}
+    if _json_digest(body) != raw["digest"]:
+        raise Gpt1Error("content does not match its digest (tampered or truncated)", path)
+    return body
+
+
+def _tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    return save_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
+
+
+def _load_tensors(path: Path, expected_sha256: str) -> dict[str, torch.Tensor]:
+    """Read a safetensors file, check its sha256 first, then parse (never unpickles)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise Gpt1Error("missing", path) from None
+    if _sha256(data) != expected_sha256:
+        raise Gpt1Error("sha256 does not match the recorded one (tampered or truncated)", path)
+    try:
+        return load_safetensors(data)
+    except SafetensorError as err:
+        raise Gpt1Error(f"not a valid safetensors file ({err})", path) from None
+
+
+def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[Any]]:
+    """Split optimizer.state_dict() into tensors (safetensors) and JSON param groups."""
+    sd = opt.state_dict()
+    tensors = {
+        f"state.{pid}.{key}": (value if torch.is_tensor(value) else torch.tensor(value))
+        for pid, state in sd["state"].items()
+        for key, value in state.items()
+    }
+    return tensors, sd["param_groups"]
+
+
+def _restore_optimizer(
+    opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], groups: list[dict[str, Any]]
+) -> None:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = value
+    for group in groups:
+        group["betas"] = tuple(group["betas"])
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+) -> Path:
+    """Write checkpoints/step_<step>/ atomically (a directory rename), then drop older ones.
+
+    `state` (JSON) carries the data position, history, params and tokenizer hash; the RNG
+    states of this process go to rng.safetensors.
+    """
+    dest = Path(run_dir) / CKPT_DIR / f"step_{step:08d}"
+    opt_tensors, groups = _optimizer_tensors(optimizer)
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng.update({f"cuda_{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    blobs = {
+        "model.safetensors": _tensor_bytes(model.state_dict()),
+        "optimizer.safetensors": _tensor_bytes(opt_tensors),
+        "rng.safetensors": _tensor_bytes(rng),
+    }
+    with atomic.atomic_path(dest) as tmp:
+        tmp.mkdir()
+        for name, blob in blobs.items():
+            (tmp / name).write_bytes(blob)
+        body = {
+            **state, "step": step, "optimizer_groups": groups,
+            "files": {name: _sha256(blob) for name, blob in blobs.items()},
+        }
+        _write_json_with_digest(tmp / STATE_FILE, body)
+    for old in _step_dirs(run_dir):
+        if old != dest:
+            shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def _step_dirs(run_dir: Path) -> list[Path]:
+    root = Path(run_dir) / CKPT_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name))
+
+
+def remove_partial_writes(run_dir: Path) -> None:
+    """Delete temp files and directories left by a write that was killed (atomic.atomic_path)."""
+    for parent in (Path(run_dir), Path(run_dir) / CKPT_DIR, Path(run_dir) / ZEROSHOT_DIR):
+        if parent.is_dir():
+            for p in parent.glob(".*.tmp"):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint directory, or None."""
+    dirs = _step_dirs(run_dir)
+    return dirs[-1] if dirs else None
+
+
+def read_checkpoint_state(ckpt: Path) -> dict[str, Any]:
+    """state.json of a checkpoint, digest-checked."""
+    return _read_json_with_digest(Path(ckpt) / STATE_FILE)
+
+
+def load_checkpoint(
+    ckpt: Path, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """Restore model, optimizer and RNG state in place; return the JSON state."""
+    ckpt = Path(ckpt)
+    state = read_checkpoint_state(ckpt)
+    files = state["files"]
+    weights = _load_tensors(ckpt / "model.safetensors", files["model.safetensors"])
+    opt_tensors = _load_tensors(ckpt / "optimizer.safetensors", files["optimizer.safetensors"])
+    rng = _load_tensors(ckpt / "rng.safetensors", files["rng.safetensors"])
+    _load_weights(model, weights, ckpt / "model.safetensors")
+    _restore_optimizer(optimizer, opt_tensors, state["optimizer_groups"])
+    torch.set_rng_state(rng["torch_cpu"])
+    if torch.cuda.is_available():
+        cuda = [rng[k] for k in sorted(rng) if k.startswith("cuda_")]
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+    return state
+
+
+def _load_weights(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    expected = model.state_dict()
+    if set(weights) != set(expected):
+        diff = sorted(set(weights) ^ set(expected))[:3]
+        raise Gpt1Error(f"weights do not match the model (keys differ: {diff})", path)
+    for name, value in weights.items():
+        if value.shape != expected[name].shape:
+            raise Gpt1Error(f"{name}: shape {tuple(value.shape)} != model's", path)
+    model.load_state_dict(weights)
+
+
+def save_weights(path: Path, model: nn.Module) -> str:
+    """Write model weights to one safetensors file atomically; return its sha256."""
+    blob = _tensor_bytes(model.state_dict())
+    atomic.write_bytes(path, blob)
+    return _sha256(blob)
+
+
+def write_model(run_dir: Path, model: nn.Module, meta: dict[str, Any]) -> None:
+    """Final weights + model.json (meta must hold params, tokenizer_hash, kind, vocab_size)."""
+    run_dir = Path(run_dir)
+    digest = save_weights(run_dir / MODEL_FILE, model)
+    zeroshot = {
+        p.stem.removeprefix("step_"): _sha256(p.read_bytes())
+        for p in sorted((run_dir / ZEROSHOT_DIR).glob("step_*.safetensors"))
+    }
+    _write_json_with_digest(
+        run_dir / MODEL_META, {**meta, "files": {MODEL_FILE: digest}, "zeroshot": zeroshot}
+    )
+
+
+def read_model_meta(run_dir: Path) -> dict[str, Any]:
+    """model.json of a finished run, digest-checked."""
+    return _read_json_with_digest(Path(run_dir) / MODEL_META)
+
+
+def load_model(
+    run_dir: str | Path, expected_tokenizer_hash: str | None, step: int | None = None
+) -> tuple[nn.Module, dict[str, Any]]:
+    """Rebuild the model of a finished pre-training run and load its weights (eval mode).
+
+    step=None loads the final weights; an int loads that zero-shot checkpoint. Refuses
+    tampered or truncated files and a tokenizer other than `expected_tokenizer_hash`.
+    """
+    run_dir = Path(run_dir)
+    meta = read_model_meta(run_dir)
+    if expected_tokenizer_hash is not None and meta["tokenizer_hash"] != expected_tokenizer_hash:
+        raise Gpt1Error(
+            f"trained with tokenizer {meta['tokenizer_hash'][:12]}, expected "
+            f"{expected_tokenizer_hash[:12]}; re-run pretraining", run_dir / MODEL_META,
+        )
+    try:
+        params = parse_params(meta["params"], run_dir / MODEL_META)
+    except ParamsError as err:
+        raise Gpt1Error(f"recorded params no longer valid: {err}", run_dir / MODEL_META) from None
+    model = build_model(meta["kind"], params, meta["vocab_size"])
+    if step is None:
+        path, digest = run_dir / MODEL_FILE, meta["files"][MODEL_FILE]
+    else:
+        key = f"{step:08d}"
+        if key not in meta["zeroshot"]:
+            raise Gpt1Error(f"no zero-shot checkpoint at step {step}", run_dir / MODEL_META)
+        path, digest = run_dir / ZEROSHOT_DIR / f"step_{key}.safetensors", meta["zeroshot"][key]
+    _load_weights(model, _load_tensors(path, digest), path)
+    return model.eval(), meta
+
+
+def zeroshot_path(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / ZEROSHOT_DIR / f"step_{step:08d}.safetensors"

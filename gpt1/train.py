@@ -1,0 +1,354 @@
+"""Training step and the pre-training loop (PAPER.md 1): resumable, data-parallel, bf16 on AMX.
+
+`train_step` (accumulate, clip, step) is shared with fine-tuning. `pretrain` runs
+`for step in range(start, total_steps)` over seeded windows of the token shards, evaluates,
+checkpoints (atomically; the latest one plus log-spaced zero-shot weights) and resumes from the
+latest checkpoint so that a run killed at any moment ends bit-identical to one never stopped:
+the data order is a pure function of (seed, sequence index) and every micro-batch reseeds the
+dropout generator from (seed, step, micro-batch), so no hidden state outlives a step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from gpt1 import checkpoint
+from gpt1.config import Params
+from gpt1.data.loader import WindowSampler, eval_windows
+from gpt1.errors import Gpt1Error
+from gpt1.lstm import LSTMLM
+from gpt1.model import GPT, lm_cross_entropy
+from gpt1.optim import build_optimizer, lr_at
+
+log = logging.getLogger(__name__)
+
+MetricsSink = Callable[[int, dict[str, float]], None]
+# Fields that change what is logged or how fast, never the trained weights: a run may resume
+# from a checkpoint written with other values of these.
+_NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
+                   "checkpoint_interval_steps", "compile")
+
+
+class NonFiniteLossError(Gpt1Error):
+    """Loss or gradient norm became NaN/inf; the step was not applied."""
+
+
+def has_amx() -> bool:
+    """True on a CPU with AMX-BF16 tiles (bf16 matmuls 2.5-5x faster than fp32 there)."""
+    if "AMX" in torch.backends.cpu.get_cpu_capability().upper():
+        return True
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return "amx_bf16" in line.split()
+    return False
+
+
+def resolve_precision(precision: str, device: torch.device) -> Literal["fp32", "bf16"]:
+    """`auto` -> bf16 on CUDA with bf16 support or on a CPU with AMX, else fp32."""
+    if precision in ("fp32", "bf16"):
+        return "fp32" if precision == "fp32" else "bf16"
+    if precision != "auto":
+        raise ValueError(f"unknown precision {precision!r}")
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if has_amx() else "fp32"
+
+
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast (weights and grads stay fp32) or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list[Any],
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    lr: float,
+    grad_clip: float,
+    precision: str,
+) -> dict[str, float]:
+    """One update: accumulate loss/len(micro_batches) gradients, clip the norm, step.
+
+    Under DDP, gradients are all-reduced on the last micro-batch only and the returned loss is
+    the mean over ranks. Raises NonFiniteLossError (before stepping) on NaN/inf.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    device = next(model.parameters()).device
+    ddp = isinstance(model, DistributedDataParallel)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sync = (contextlib.nullcontext() if (last or not ddp)
+                else cast(DistributedDataParallel, model).no_sync())
+        with sync:
+            with autocast_for(precision, device):
+                loss = loss_fn(model, batch)
+            (loss / len(micro_batches)).backward()
+        total += loss.detach().double()
+    mean_loss = total / len(micro_batches)
+    if ddp:
+        dist.all_reduce(mean_loss)
+        mean_loss /= dist.get_world_size()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    loss_value, norm_value = mean_loss.item(), grad_norm.item()
+    if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+        optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteLossError(f"non-finite loss {loss_value} / grad norm {norm_value}")
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr}
+
+
+class CausalLM(nn.Module):
+    """Wraps a language model so one forward returns the mean next-token loss (what DDP and
+    torch.compile wrap). Input: (B, T + 1) windows."""
+
+    def __init__(self, lm: GPT | LSTMLM) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, windows: torch.Tensor) -> torch.Tensor:
+        h = self.lm(windows[:, :-1])  # (B, T, C)
+        return lm_cross_entropy(self.lm.lm_logits(h), windows[:, 1:])
+
+
+def _seeded_loss(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
+    seed, windows = batch
+    torch.manual_seed(seed)  # dropout masks depend on (run seed, step, micro-batch) only
+    loss: torch.Tensor = model(windows)
+    return loss
+
+
+def micro_batch_seed(seed: int, step: int, micro: int) -> int:
+    """A 63-bit seed for one global micro-batch (independent of rank count)."""
+    blob = hashlib.sha256(f"{seed}/{step}/{micro}".encode()).digest()
+    return int.from_bytes(blob[:8], "little") >> 1
+
+
+def zero_shot_steps(total_steps: int, count: int) -> list[int]:
+    """`count` log-spaced update counts in [1, total_steps] (Figure 2 right), deduplicated."""
+    if count == 0:
+        return []
+    return sorted({int(round(s)) for s in np.geomspace(1, total_steps, count)})
+
+
+def total_steps_for(cfg: Any, windows_per_epoch: int) -> int:
+    """Updates in the run from the token or epoch budget (exactly one is set)."""
+    tokens_per_step = cfg.batch_seqs * cfg.seq_len
+    if cfg.max_tokens is not None:
+        steps = cfg.max_tokens // tokens_per_step
+    else:
+        steps = int(cfg.epochs * windows_per_epoch // cfg.batch_seqs)
+    if steps < 1:
+        raise Gpt1Error(f"pretrain budget is less than one update of {tokens_per_step} tokens")
+    return int(steps)
+
+
+def resume_key(params: Params, kind: str, tokenizer_hash: str, precision: str) -> str:
+    """Digest of everything that determines the trained weights."""
+    pretrain = {k: v for k, v in params.pretrain.model_dump(mode="json").items()
+                if k not in _NOT_TRAJECTORY}
+    arch = params.model if kind == "gpt" else params.lstm
+    blob = json.dumps([kind, arch.model_dump(mode="json"), pretrain, params.seed,
+                       tokenizer_hash, precision], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def distributed(device_type: str) -> Iterator[tuple[int, int]]:
+    """(rank, world size); joins the torchrun process group when WORLD_SIZE > 1 (gloo on CPU,
+    nccl on CUDA) and leaves it afterwards."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        yield 0, 1
+        return
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    try:
+        yield dist.get_rank(), dist.get_world_size()
+    finally:
+        if owned:
+            dist.destroy_process_group()
+
+
+def evaluate(
+    model: nn.Module, windows: torch.Tensor, micro_batch_seqs: int, precision: str,
+    rank: int, world: int,
+) -> dict[str, float]:
+    """Mean validation loss over the fixed windows and its perplexity (token level)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    with torch.no_grad(), autocast_for(precision, device):
+        for i, start in enumerate(range(0, len(windows), micro_batch_seqs)):
+            if i % world == rank:
+                batch = windows[start : start + micro_batch_seqs].to(device)
+                total[0] += model(batch).double() * len(batch)
+                total[1] += len(batch)
+    if world > 1:
+        dist.all_reduce(total)
+    model.train(was_training)
+    loss = (total[0] / total[1]).item()
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+
+def pretrain(
+    lm: GPT | LSTMLM,
+    train_tokens: Sequence[np.ndarray],
+    val_tokens: Sequence[np.ndarray],
+    params: Params,
+    run_dir: str | Path,
+    meta: dict[str, Any],
+    flops_per_token: float,
+    on_metrics: MetricsSink,
+) -> dict[str, Any]:
+    """Pre-train `lm` to params.pretrain's budget in run_dir, resuming from its latest checkpoint.
+
+    `meta` (kind, vocab_size, tokenizer_hash) is recorded with every checkpoint and the final
+    model. Returns the final metrics (val loss/perplexity, throughput).
+    """
+    cfg, run_dir = params.pretrain, Path(run_dir)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    precision = resolve_precision(cfg.precision, device)
+    with distributed(device.type) as (rank, world):
+        accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
+        if rem or accum < 1:
+            raise Gpt1Error(
+                f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
+                f"{cfg.micro_batch_seqs} x accumulation x {world} ranks"
+            )
+        assert accum * cfg.micro_batch_seqs * world == cfg.batch_seqs
+        sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
+        val = eval_windows(val_tokens, cfg.seq_len, cfg.eval_batches * cfg.micro_batch_seqs)
+        total_steps = total_steps_for(cfg, sampler.windows_per_epoch)
+        lm.to(device).train()
+        optimizer = build_optimizer(lm, cfg.lr_max, (cfg.adam_beta1, cfg.adam_beta2),
+                                    cfg.adam_eps, cfg.weight_decay)
+        key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
+        start, history = _resume(run_dir, lm, optimizer, key, rank)
+        loss_module = CausalLM(lm)
+        if cfg.compile:
+            loss_module.compile()  # in place: state_dict keys and DDP wrapping unchanged
+        module: nn.Module = loss_module
+        if world > 1:
+            module = DistributedDataParallel(loss_module)
+        zs_steps = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints))
+        log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
+                 "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
+                 cfg.micro_batch_seqs, accum, world, precision, start)
+        tokens_per_step = cfg.batch_seqs * cfg.seq_len
+        bar = tqdm(total=total_steps, initial=start, unit="step", disable=rank != 0,
+                   desc=f"pretrain {meta['kind']}", mininterval=2.0, dynamic_ncols=True)
+        window_t, window_steps, tokens_per_s = time.perf_counter(), 0, 0.0
+        last: dict[str, float] = {}
+        for step in range(start, total_steps):
+            micro = [
+                (micro_batch_seed(params.seed, step, m),
+                 sampler.batch(step * cfg.batch_seqs + m * cfg.micro_batch_seqs,
+                               cfg.micro_batch_seqs).to(device))
+                for m in range(rank * accum, (rank + 1) * accum)
+            ]
+            lr = lr_at(step + 1, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
+            try:
+                last = train_step(module, optimizer, micro, _seeded_loss, lr, cfg.grad_clip,
+                                  precision)
+            except NonFiniteLossError as err:
+                kept = checkpoint.latest_checkpoint(run_dir)
+                raise NonFiniteLossError(
+                    f"{err.problem} at step {step}; stopped, last good checkpoint kept: {kept}",
+                    run_dir,
+                ) from None
+            done, window_steps = step + 1, window_steps + 1
+            bar.update(1)
+            if done % cfg.log_interval_steps == 0 or done == total_steps:
+                elapsed = time.perf_counter() - window_t
+                tokens_per_s = window_steps * tokens_per_step / elapsed
+                window_t, window_steps = time.perf_counter(), 0
+                flops = tokens_per_s * flops_per_token
+                bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+                if rank == 0:
+                    on_metrics(done, {**last, "tokens_per_s": tokens_per_s, "flops_per_s": flops,
+                                      "tokens": float(done * tokens_per_step)})
+            if done % cfg.eval_interval_steps == 0 or done == total_steps:
+                ev = evaluate(loss_module, val, cfg.micro_batch_seqs, precision, rank, world)
+                history.append({"step": done, "tokens": done * tokens_per_step,
+                                "train_loss": last["loss"], **ev})
+                log.info("step %d: train loss %.4f, val loss %.4f, val ppl %.2f",
+                         done, last["loss"], ev["val_loss"], ev["val_ppl"])
+                if rank == 0:
+                    on_metrics(done, ev)
+            if rank == 0 and done in zs_steps:
+                checkpoint.save_weights(checkpoint.zeroshot_path(run_dir, done), lm)
+            if done % cfg.checkpoint_interval_steps == 0 or done == total_steps:
+                if rank == 0:
+                    checkpoint.save_checkpoint(run_dir, done, lm, optimizer, {
+                        "resume_key": key, "data_position": done * cfg.batch_seqs,
+                        "history": history, **meta, "params": params.as_dict(),
+                    })
+                if world > 1:
+                    dist.barrier()
+        bar.close()
+        if rank == 0:
+            checkpoint.write_model(run_dir, lm, {
+                **meta, "params": params.as_dict(), "step": total_steps, "precision": precision,
+                "arch": params.model.arch if meta["kind"] == "gpt" else "lstm",
+            })
+        final = history[-1] if history else {}
+        return {
+            "steps": total_steps, "tokens": total_steps * tokens_per_step,
+            "val_loss": final.get("val_loss"), "val_ppl": final.get("val_ppl"),
+            "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token,
+            "precision": precision, "world_size": world, "history": history,
+        }
+
+
+def _resume(
+    run_dir: Path, lm: nn.Module, optimizer: torch.optim.Optimizer, key: str, rank: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(start step, eval history) from the latest checkpoint, or (0, []) for a fresh run.
+
+    Checkpoints written with other trajectory-defining params are discarded (the run restarts),
+    as DVC would have deleted a non-persistent output.
+    """
+    if rank == 0:
+        checkpoint.remove_partial_writes(run_dir)
+    ckpt = checkpoint.latest_checkpoint(run_dir)
+    if ckpt is None:
+        return 0, []
+    state = checkpoint.read_checkpoint_state(ckpt)
+    if state.get("resume_key") != key:
+        log.warning("%s: written with other params; starting a fresh run", ckpt)
+        if rank == 0:
+            shutil.rmtree(run_dir / checkpoint.CKPT_DIR, ignore_errors=True)
+            shutil.rmtree(run_dir / checkpoint.ZEROSHOT_DIR, ignore_errors=True)
+        if dist.is_initialized():
+            dist.barrier()
+        return 0, []
+    state = checkpoint.load_checkpoint(ckpt, lm, optimizer)
+    log.info("resuming from %s (step %d)", ckpt, state["step"])
+    return int(state["step"]), list(state["history"])

@@ -1,0 +1,201 @@
+"""Checkpoints: SIGKILL at any moment then re-run == uninterrupted (B4); tampered, truncated or
+foreign-tokenizer inputs give one clear error and execute nothing (B7)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from gpt1 import bpe, checkpoint, stages
+from gpt1.config import parse_params
+from gpt1.data import shards
+from gpt1.errors import Gpt1Error
+from tests.conftest import REPO, make_params_dict
+
+# Long enough (96 updates, a checkpoint every 8) that a kill lands inside a checkpoint write.
+RUN = {"bpe": {"n_merges": 40},
+       "pretrain": {"max_tokens": 96 * 4 * 32, "checkpoint_interval_steps": 8,
+                    "eval_interval_steps": 32, "zero_shot_checkpoints": 4}}
+WORDS = ("the of and to in was he she it that his her had with for as at on by said but "
+         "house river night morning door window letter garden ship king queen").split()
+
+
+def _texts(n_docs: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(600)) for _ in range(n_docs)]
+
+
+def _prepare(tmp_path: Path, name: str, overrides: dict, tok_seed: int = 0) -> tuple[Path, object]:
+    """params file + tokenizer + shards for one run directory under tmp_path/name."""
+    raw = make_params_dict(tmp_path / name, {**RUN, **overrides})
+    params = parse_params(raw, "tiny")
+    texts = _texts(8, tok_seed)
+    tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
+    shards.write_shards([f"d{i}" for i in range(8)], texts, tok, params.shard, params.seed,
+                        params.paths.shards)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, params
+
+
+def _spawn(params_file: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpt1", "--params", str(params_file), "pretrain"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
+    """SIGKILL proc as soon as ready() holds; False if it finished first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.0005)
+    proc.kill()
+    raise AssertionError("run neither reached the kill point nor finished")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
+    """B4: kills mid-training and mid-checkpoint-write, each followed by a re-run."""
+    _, ref = _prepare(tmp_path, "ref", {})
+    stages.pretrain(ref)
+    params_file, run = _prepare(tmp_path, "killed", {})
+    run_dir = Path(run.paths.checkpoints)
+    ckpts = run_dir / checkpoint.CKPT_DIR
+
+    def mid_write() -> bool:  # a checkpoint directory being written (atomic temp dir)
+        return ckpts.is_dir() and any(p.name.endswith(".tmp") for p in os.scandir(ckpts))
+
+    def after(step: int):
+        return lambda: (ckpts / f"step_{step:08d}").is_dir()
+
+    # 1: mid-training, after the first checkpoint
+    assert _kill_when(_spawn(params_file), after(8))
+    # 2: inside a checkpoint write (a temp directory exists); retried: the window is short
+    hit = False
+    for _ in range(4):
+        proc = _spawn(params_file)
+        if _kill_when(proc, mid_write):
+            hit = any(p.name.endswith(".tmp") for p in os.scandir(ckpts))
+            if hit:
+                break
+        else:
+            assert proc.returncode == 0, proc.stderr.read().decode()
+            (run_dir / checkpoint.MODEL_FILE).unlink()  # finished: rewind for another try
+            for d in checkpoint._step_dirs(run_dir):
+                __import__("shutil").rmtree(d)
+    assert hit, "never caught a checkpoint write in progress"
+    # 3: resume in a subprocess to the end
+    proc = _spawn(params_file)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()
+    ref_dir = Path(ref.paths.checkpoints)
+    final = checkpoint.MODEL_FILE
+    assert (run_dir / final).read_bytes() == (ref_dir / final).read_bytes()
+    for zs in sorted((ref_dir / checkpoint.ZEROSHOT_DIR).iterdir()):
+        assert (run_dir / checkpoint.ZEROSHOT_DIR / zs.name).read_bytes() == zs.read_bytes()
+    assert not list(ckpts.glob(".*.tmp"))
+
+
+class _Payload:
+    """Unpickling this would create `marker` (proves nothing is executed)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.fixture
+def finished(tmp_path):
+    _, params = _prepare(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
+    stages.pretrain(params)
+    return params
+
+
+def _ckpt_file(params, name: str) -> Path:
+    return checkpoint.latest_checkpoint(Path(params.paths.checkpoints)) / name
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.safetensors", "rng.safetensors"])
+def test_damaged_checkpoint_is_refused_on_resume(finished, name, damage):
+    path = _ckpt_file(finished, name)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        data = data[: len(data) // 2]
+    path.write_bytes(bytes(data))
+    (Path(finished.paths.checkpoints) / "model.safetensors").unlink()
+    with pytest.raises(Gpt1Error, match=rf"{name}: sha256 does not match"):
+        stages.pretrain(finished)
+
+
+def test_edited_state_json_is_refused(finished):
+    path = _ckpt_file(finished, checkpoint.STATE_FILE)
+    path.write_text(path.read_text().replace('"step": 16', '"step": 15'))
+    with pytest.raises(Gpt1Error, match="state.json: content does not match its digest"):
+        stages.pretrain(finished)
+    path.write_text(path.read_text()[:100])
+    with pytest.raises(Gpt1Error, match="state.json: not valid JSON"):
+        stages.pretrain(finished)
+
+
+def test_pickle_payload_is_never_executed(finished, tmp_path):
+    """Even with hashes recomputed by an attacker, a pickle is not a safetensors file."""
+    marker = tmp_path / "pwned"
+    run_dir = Path(finished.paths.checkpoints)
+    payload = pickle.dumps({"w": _Payload(marker)})
+    (run_dir / checkpoint.MODEL_FILE).write_bytes(payload)
+    meta = checkpoint.read_model_meta(run_dir)
+    meta["files"][checkpoint.MODEL_FILE] = checkpoint._sha256(payload)
+    checkpoint._write_json_with_digest(run_dir / checkpoint.MODEL_META, meta)
+    with pytest.raises(Gpt1Error, match="model.safetensors: not a valid safetensors file"):
+        checkpoint.load_model(run_dir, meta["tokenizer_hash"])
+    assert not marker.exists()
+
+
+def test_final_model_refuses_tampering_and_other_tokenizer(finished):
+    run_dir = Path(finished.paths.checkpoints)
+    meta = checkpoint.read_model_meta(run_dir)
+    model, _ = checkpoint.load_model(run_dir, meta["tokenizer_hash"])
+    assert not model.training
+    with pytest.raises(Gpt1Error, match="model.json: trained with tokenizer"):
+        checkpoint.load_model(run_dir, "0" * 64)
+    path = run_dir / checkpoint.MODEL_FILE
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(Gpt1Error, match="model.safetensors: sha256 does not match"):
+        checkpoint.load_model(run_dir, meta["tokenizer_hash"])
+
+
+def test_shards_from_another_tokenizer_are_refused(tmp_path):
+    _, params = _prepare(tmp_path, "run", {})
+    bpe.train_bpe(_texts(8, seed=99), params.bpe, params.paths.tokenizer)  # a new tokenizer
+    with pytest.raises(Gpt1Error, match="index.json: shards were written with tokenizer"):
+        stages.pretrain(params)
+    assert not Path(params.paths.checkpoints).exists()
