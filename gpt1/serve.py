@@ -128,6 +128,7 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
     uri = tracking.tracking_uri(params)
     env = {
         **os.environ,
+        "PWD": str(root),  # prefect.yaml's working directory is "{{ $PWD }}" at deploy time
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
