@@ -323,6 +323,122 @@ class OrchestrateCfg(Section):
     pushes its outs after; null = one machine, no push/pull."""
 
 
+class AblationPreset(Section):
+    """One Table 5 row: the finetune stage with these overrides (PAPER.md 3, Table 5)."""
+
+    body: Literal["transformer", "lstm"]
+    """Pre-trained network fine-tuned: the Transformer (paths.checkpoints) or the LSTM LM
+    (paths.lstm_checkpoints)."""
+    init: Literal["pretrained", "scratch"]
+    """scratch = the body's random init (Transformer w/o pre-training)."""
+    lm_coef: NonNegFloat | None
+    """lambda of the auxiliary LM loss; null = finetune.lm_coef; 0 = w/o aux LM."""
+
+
+class AblationsCfg(Section):
+    """Table 5 ablations: the same finetune stage over variants x tasks (PAPER.md 3)."""
+
+    tasks: StrTuple
+    """Tasks of Table 5 (paper: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE)."""
+    variants: StrTuple
+    """Rows run by DVC (ablation@<variant>-<task>); each a key of `presets`."""
+    presets: dict[str, AblationPreset]
+
+    @model_validator(mode="after")
+    def _known_variants(self) -> AblationsCfg:
+        unknown = [v for v in self.variants if v not in self.presets]
+        if unknown:
+            raise ValueError(f"ablations.variants: {unknown} not in ablations.presets")
+        return self
+
+
+class LayersCfg(Section):
+    """Figure 2 left: fine-tune after transferring the embeddings + first k blocks (PAPER.md 3)."""
+
+    tasks: StrTuple
+    """Tasks of the study (paper: MultiNLI, RACE)."""
+    layers_transferred: IntTuple
+    """Values of k (paper: 0..12); each <= model.n_layer."""
+
+
+class ZeroShotTask(Section):
+    """Normalisation of one zero-shot task: 0 = random guess, 1 = state of the art."""
+
+    metric: Literal["acc", "mcc"]
+    random: float
+    """Score of a random guess (fraction; MCC of a random guess is 0)."""
+    sota: float
+    """Single-model state of the art (fraction), from `source`."""
+    source: str
+    """Where the state-of-the-art value comes from (paper, table, split)."""
+
+
+class ZeroShotCfg(Section):
+    """Figure 2 right: LM-only heuristics on log-spaced pre-training checkpoints (PAPER.md 3)."""
+
+    tasks: StrTuple
+    """Subset of sst2, cola, race, dprd."""
+    max_examples: PosInt | None
+    """Examples scored per task (a seeded subset; null = all), also for the CoLA threshold."""
+    batch_size: PosInt
+    """Sequences per forward pass."""
+    sst2_cue: str
+    """Word appended to the sentence before reading the LM's next word (paper: "very")."""
+    sst2_words: StrTuple
+    """Words whose probabilities are compared, in label order (negative, positive)."""
+    cola_threshold_split: Literal["train", "dev"]
+    """Canonical split on which the average-log-prob threshold is fitted (best MCC); it is then
+    applied to the test split. The paper does not say how its threshold was chosen."""
+    dprd_split: Literal["train", "test"]
+    """DPRD file scored (<mirror>/tasks/DPRD/<split>.c.txt)."""
+    norm: dict[str, ZeroShotTask]
+    """Per task: random baseline and state of the art used to normalise (Figure 2 right)."""
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> ZeroShotCfg:
+        known = {"sst2", "cola", "race", "dprd"}
+        bad = [t for t in self.tasks if t not in known]
+        if bad:
+            raise ValueError(f"zeroshot.tasks: {bad} unknown; known: {sorted(known)}")
+        missing = [t for t in self.tasks if t not in self.norm]
+        if missing:
+            raise ValueError(f"zeroshot.norm: no entry for {missing}")
+        if len(self.sst2_words) != 2:
+            raise ValueError("zeroshot.sst2_words: needs exactly 2 words (negative, positive)")
+        return self
+
+
+class ReportCfg(Section):
+    """Report stage: the paper's Tables 2-5 beside ours, and Figure 2 (PAPER.md 3)."""
+
+    paper: dict[str, dict[str, float]]
+    """table2 / table3 / table4: column -> the paper's number, exactly as PAPER.md 3."""
+    paper_ablations: dict[str, dict[str, float]]
+    """Table 5: ablation variant (`full` = finetune) -> column (and Avg) -> paper number."""
+    row_labels: dict[str, str]
+    """Table 5 row label of each variant."""
+    columns: dict[str, StrTuple]
+    """Column -> our scores averaged into it, as `task.score` (`glue` = the GLUE average)."""
+    glue: dict[str, StrTuple]
+    """Our GLUE average: task -> its scores (averaged per task, then over tasks)."""
+    figure_dpi: PosInt
+    """Resolution of reports/figure2.png."""
+    paper_figure2: dict[str, str]
+    """What the paper's Figure 2 panels show (`left`, `right`), quoted beside ours."""
+
+    @model_validator(mode="after")
+    def _columns_defined(self) -> ReportCfg:
+        labels = {c for t in self.paper.values() for c in t}
+        labels |= {c for r in self.paper_ablations.values() for c in r if c != "Avg"}
+        missing = sorted(labels - set(self.columns))
+        if missing:
+            raise ValueError(f"report.columns: no definition for {missing}")
+        unlabelled = sorted(set(self.paper_ablations) - set(self.row_labels))
+        if unlabelled:
+            raise ValueError(f"report.row_labels: no label for {unlabelled}")
+        return self
+
+
 class Params(Section):
     """The whole params file."""
 
@@ -340,6 +456,10 @@ class Params(Section):
     tasks: TasksCfg
     tracking: TrackingCfg
     orchestrate: OrchestrateCfg
+    ablations: AblationsCfg
+    layers: LayersCfg
+    zeroshot: ZeroShotCfg
+    report: ReportCfg
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
@@ -351,6 +471,10 @@ class Params(Section):
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
+        too_deep = [k for k in self.layers.layers_transferred if k > self.model.n_layer]
+        if too_deep:
+            raise ValueError(f"layers.layers_transferred: {too_deep} exceed model.n_layer="
+                             f"{self.model.n_layer}")
         return self
 
     def as_dict(self) -> dict[str, Any]:

@@ -1,0 +1,177 @@
+"""D1: from a fixture set of metrics files the report's tables match golden text, and every
+paper number in params (both presets) and in the rendered tables equals PAPER.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpt1 import report
+from gpt1.config import load_params
+
+REPO = Path(__file__).resolve().parents[2]
+PAPER_MD = REPO.parent / "shared" / "PAPER.md"
+GOLDEN = REPO / "tests" / "assets" / "report_golden.md"
+TABLE_TASKS = ["snli", "mnli", "qnli", "rte", "scitail", "race", "story_cloze", "mrpc", "qqp",
+               "stsb", "sst2", "cola"]
+SCORES = {"mnli": ["acc_matched"], "race": ["acc", "acc_middle", "acc_high"],
+          "mrpc": ["f1", "acc"], "qqp": ["f1", "acc"], "stsb": ["pearson", "spearman"],
+          "cola": ["mcc", "acc"]}
+# Our column label -> (row of PAPER.md's task table, position in "a / b / c").
+PAPER_ROWS = {
+    "MNLI-m": ("MultiNLI matched / mismatched", 0), "MNLI-mm": ("MultiNLI matched / mismatched", 1),
+    "SNLI": ("SNLI", 0), "SciTail": ("SciTail", 0), "QNLI": ("QNLI", 0), "RTE": ("RTE", 0),
+    "Story Cloze": ("Story Cloze Test", 0), "RACE-m": ("RACE (middle / high / all)", 0),
+    "RACE-h": ("RACE (middle / high / all)", 1), "RACE": ("RACE (middle / high / all)", 2),
+    "CoLA": ("CoLA", 0), "SST2": ("SST-2", 0), "MRPC": ("MRPC", 0), "STSB": ("STS-B", 0),
+    "QQP": ("QQP", 0), "GLUE": ("GLUE score", 0),
+}
+TABLE5_ROWS = {"full": "Transformer w/ aux LM (full)", "scratch": "Transformer w/o pre-training",
+               "no_aux": "Transformer w/o aux LM", "lstm": "LSTM w/ aux LM"}
+
+
+def _entry(vals: list[float]) -> dict[str, Any]:
+    return {"mean": sum(vals) / len(vals), "sd": 0.0, "per_seed": vals}
+
+
+def _task_json(task: str, variant: str, base: float, seeds: int) -> dict[str, Any]:
+    scores = {name: _entry([round(base + 0.01 * j + 0.004 * s, 4) for s in range(seeds)])
+              for j, name in enumerate(SCORES.get(task, ["acc"]))}
+    out = {"task": task, "variant": variant, "metric": next(iter(scores)), "scores": scores,
+           "eval_split": f"{task} test split (fixture)", "n_train": 100, "n_eval": 50,
+           "config_hash": "fixture0hash"}
+    if task == "mnli":
+        out["missing_scores"] = {"acc_mismatched": "MNLI dev_mismatched is not in the mirror"}
+    return out
+
+
+def fixture_metrics(root: Path) -> Path:
+    """Finetune (3 seeds), two ablation rows (one partial), layers and zero-shot files."""
+    files: dict[str, Any] = {}
+    for i, task in enumerate(TABLE_TASKS):
+        files[f"finetune_{task}"] = _task_json(task, "full", 0.50 + 0.02 * i, 3)
+    table5 = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+    for i, task in enumerate(table5):
+        files[f"ablation_scratch_{task}"] = _task_json(task, "scratch", 0.30 + 0.01 * i, 3)
+        if task != "qqp":
+            files[f"ablation_no_aux_{task}"] = _task_json(task, "no_aux", 0.55 + 0.01 * i, 1)
+    for t, task in enumerate(["mnli", "race"]):
+        for k in (0, 2, 4):
+            files[f"layers_{task}_{k}"] = {
+                "task": task, "variant": f"layers_{k}", "layers_transferred": k,
+                "scores": {"dev_acc": _entry([0.4 + 0.05 * k + 0.1 * t]),
+                           "train_acc": _entry([0.45 + 0.06 * k + 0.1 * t])},
+                "eval_split": f"{task} dev split (fixture)", "n_train": 64, "n_eval": 32,
+                "config_hash": "fixture0hash"}
+    for stem, model, wiggle in (("zeroshot", "transformer", 0.0), ("zeroshot_lstm", "lstm", 0.1)):
+        files[stem] = {"model": model, "config_hash": "fixture0hash", "checkpoints": [
+            {"step": step, "normalised": {
+                task: round(0.05 * j + 0.02 * n + (wiggle if j % 2 else -wiggle), 4)
+                for n, task in enumerate(["sst2", "cola", "race", "dprd"])}}
+            for j, step in enumerate([1, 10, 100, 1000])]}
+    files["download_corpus"] = {"source": "mirror", "files": 113, "bytes": 74775519,
+                                "config_hash": "fixture0hash"}
+    for stem, body in files.items():
+        (root / f"{stem}.json").write_text(json.dumps(body))
+    return root
+
+
+def fixture_params(make_params):
+    """Repo params with the report inputs pinned, so the golden does not move with the demo."""
+    return make_params({
+        "paths": {"mirror_dir": "../shared/data", "tasks": "data/tasks"},
+        "layers": {"tasks": ["mnli", "race"], "layers_transferred": [0, 2, 4]},
+        "model": {"n_layer": 4},
+    })
+
+
+def test_report_matches_golden(make_params, tmp_path: Path) -> None:
+    params = fixture_params(make_params)
+    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    text = report.build_report(params, metrics, "fixture0hash", "figure2.png")
+    if os.environ.get("GPT1_UPDATE_GOLDEN") == "1":  # regenerate, review the diff, commit
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "report differs from tests/assets/report_golden.md"
+
+
+def test_table_cells_are_seed_statistics(make_params, tmp_path: Path) -> None:
+    params = fixture_params(make_params)
+    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    table = report.render_table("table4", params, report.variant_results(metrics, "full"))
+    cola = metrics["finetune_cola"]["scores"]["mcc"]["per_seed"]
+    mean = sum(cola) / 3
+    sd = (sum((v - mean) ** 2 for v in cola) / 2) ** 0.5
+    row = next(line for line in table.splitlines() if line.startswith("| CoLA |"))
+    assert f"| {100 * mean:.1f} ± {100 * sd:.1f} | {100 * mean - 45.4:+.1f} | 3 |" in row
+    mnli = report.column_cell(report.variant_results(metrics, "full"),
+                              params.report.columns["MNLI"], params.report.glue)
+    assert mnli.missing and "dev_mismatched" in mnli.missing[0]
+    assert mnli.mean == pytest.approx(metrics["finetune_mnli"]["scores"]["acc_matched"]["mean"])
+
+
+def _paper_tables() -> tuple[dict[str, list[float]], dict[str, dict[str, float]],
+                             dict[str, list[str]]]:
+    """PAPER.md 3: task table (dataset -> numbers), Table 5 (method -> column -> number),
+    and the column lists of 'Tables the report must regenerate'."""
+    text = PAPER_MD.read_text(encoding="utf-8")
+    tasks: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"[\d.]+( / [\d.]+)*", cells[3]):
+            tasks[cells[1]] = [float(x) for x in cells[3].split(" / ")]
+    header = next(line for line in text.splitlines() if line.startswith("| method | Avg"))
+    cols = [c.strip() for c in header.strip().strip("|").split("|")][1:]
+    table5 = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] in TABLE5_ROWS.values():
+            table5[cells[0]] = dict(zip(cols, map(float, cells[1:]), strict=True))
+    lists = {}
+    for m in re.finditer(r"\*\*Table (\d)\*\* \([^)]*\): ([^.\n]+)\.", text):
+        lists[f"table{m.group(1)}"] = [c.strip() for c in m.group(2).split(",")]
+    return tasks, table5, lists
+
+
+@pytest.mark.parametrize("preset", ["params.yaml", "configs/paper.yaml"])
+def test_paper_numbers_equal_paper_md(preset: str) -> None:
+    assert PAPER_MD.is_file(), f"{PAPER_MD} is needed to check the paper numbers"
+    tasks, table5, lists = _paper_tables()
+    cfg = load_params(REPO / preset).report
+    for name, cols in cfg.paper.items():
+        assert list(cols) == lists[name], name
+        for label, value in cols.items():
+            row, pos = PAPER_ROWS[label]
+            assert value == tasks[row][pos], (name, label)
+    assert set(cfg.paper_ablations) == set(TABLE5_ROWS)
+    for variant, row in cfg.paper_ablations.items():
+        assert cfg.row_labels[variant] == TABLE5_ROWS[variant]
+        assert row == table5[TABLE5_ROWS[variant]], variant
+
+
+def test_rendered_paper_column_equals_paper_md(make_params, tmp_path: Path) -> None:
+    tasks, table5, _ = _paper_tables()
+    params = fixture_params(make_params)
+    text = report.build_report(params, report.read_metrics(fixture_metrics(tmp_path)),
+                               "h", "f.png")
+    seen = 0
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] in PAPER_ROWS and len(cells) == 7:
+            row, pos = PAPER_ROWS[cells[0]]
+            assert float(cells[1]) == tasks[row][pos], cells[0]
+            seen += 1
+        if cells[0] in TABLE5_ROWS.values() and cells[1] == "paper":
+            assert [float(c) for c in cells[2:]] == list(table5[cells[0]].values())
+            seen += 1
+    assert seen == len(PAPER_ROWS) + len(TABLE5_ROWS)
+
+
+def test_damaged_metrics_file_names_it(tmp_path: Path) -> None:
+    (tmp_path / "finetune_cola.json").write_text("{not json")
+    with pytest.raises(report.Gpt1Error, match="finetune_cola.json"):
+        report.read_metrics(tmp_path)
