@@ -83,6 +83,7 @@ def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule]) -> dict[str, 
     Report: name, success, n_rows, evaluated/failed counts, and per rule its label, kind,
     column, success, unexpected count/percent and a few (truncated) offending values.
     """
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # INFO floods the log
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
