@@ -358,7 +358,8 @@ class LayersCfg(Section):
     tasks: StrTuple
     """Tasks of the study (paper: MultiNLI, RACE)."""
     layers_transferred: IntTuple
-    """Values of k (paper: 0..12); each <= model.n_layer."""
+    """Values of k (paper: 0..12); each <= model.n_layer (checked by the stage, so that
+    presets with fewer layers can keep the list)."""
 
 
 class ZeroShotTask(Section):
@@ -471,10 +472,6 @@ class Params(Section):
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
-        too_deep = [k for k in self.layers.layers_transferred if k > self.model.n_layer]
-        if too_deep:
-            raise ValueError(f"layers.layers_transferred: {too_deep} exceed model.n_layer="
-                             f"{self.model.n_layer}")
         return self
 
     def as_dict(self) -> dict[str, Any]:
