@@ -48,10 +48,10 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
 
 
 def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
-    """task -> metrics JSON of one variant (`full` = the finetune stage)."""
-    prefix = "finetune_" if variant == "full" else f"ablation_{variant}_"
-    return {stem.removeprefix(prefix): m for stem, m in metrics.items()
-            if stem.startswith(prefix) and "scores" in m}
+    """task -> fine-tuning metrics JSON of one variant (`full` = the finetune stage; Table 5
+    rows = finetune_<variant>_<task>.json), by the JSON's own task / variant fields."""
+    return {m["task"]: m for stem, m in sorted(metrics.items())
+            if stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m}
 
 
 @dataclass(frozen=True)
@@ -234,16 +234,16 @@ def zeroshot_curves(metrics: Metrics) -> dict[str, dict[str, list[tuple[int, flo
     return out
 
 
-def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                  right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                 path: str | Path, dpi: int, n_layer: int) -> None:
-    """Figure 2 as one PNG, two panels: layers transferred (left), zero-shot (right)."""
+                 n_layer: int) -> Any:
+    """Figure 2 as one matplotlib figure, two panels: layers transferred (left: dev solid,
+    train dashed, one colour per task), zero-shot vs updates (right: log x, one colour per
+    task, Transformer solid, LSTM dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from gpt1 import atomic
 
     fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(12, 4.6))
     colors = plt.get_cmap("tab10")
@@ -278,6 +278,18 @@ def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
         else:
             ax.text(0.5, 0.5, "no data at this preset", ha="center", transform=ax.transAxes)
     fig.tight_layout()
+    return fig
+
+
+def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                 right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                 path: str | Path, dpi: int, n_layer: int) -> None:
+    """Figure 2 as one PNG (written atomically)."""
+    import matplotlib.pyplot as plt
+
+    from gpt1 import atomic
+
+    fig = draw_figure2(left, right, n_layer)
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)
     plt.close(fig)
@@ -285,25 +297,29 @@ def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
 
 def plot_tables(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                 right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                ) -> dict[str, list[dict[str, Any]]]:
-    """Rows for the `dvc plots` files: figure2_left (one row per k) and zeroshot_<model>
-    (one row per checkpoint), one column per curve."""
+                zeroshot_tasks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rows for the `dvc plots` files: figure2_left (one row per k; <task>_dev, <task>_train
+    in %) and zeroshot_<model> for both models (one row per checkpoint; one column per task).
+    Every file and column exists even without data, so the plot definitions always resolve."""
     ks = sorted({k for c in left.values() for pts in c.values() for k, _ in pts})
+    cols = [f"{task}_{split}" for task in left for split in ("dev", "train")]
     rows_left = []
     for k in ks:
-        row: dict[str, Any] = {"layers": k}
+        row: dict[str, Any] = {"layers": k, **dict.fromkeys(cols)}
         for task, curves in left.items():
             for split, pts in curves.items():
                 row.update({f"{task}_{split}": round(100 * a, 4) for kk, a in pts if kk == k})
         rows_left.append(row)
-    out = {"figure2_left": rows_left}
-    for model, per_task in right.items():
+    out = {"figure2_left": rows_left or [{"layers": None, **dict.fromkeys(cols)}]}
+    for model in MODEL_LABELS:
+        per_task = right.get(model, {})
         steps = sorted({s for pts in per_task.values() for s, _ in pts})
-        out[f"zeroshot_{model}"] = [
-            {"step": s, "log10_step": round(math.log10(s), 4) if s > 0 else 0.0,
-             **{t: round(v, 4) for t, pts in per_task.items() for ss, v in pts if ss == s}}
-            for s in steps
-        ]
+        rows = [{"step": s, "log10_step": round(math.log10(s), 4) if s > 0 else 0.0,
+                 **dict.fromkeys(zeroshot_tasks),
+                 **{t: round(v, 4) for t, pts in per_task.items() for ss, v in pts if ss == s}}
+                for s in steps]
+        out[f"zeroshot_{model}"] = rows or [{"step": None, "log10_step": None,
+                                             **dict.fromkeys(zeroshot_tasks)}]
     return out
 
 
@@ -356,7 +372,8 @@ def _splits_section(metrics: Metrics) -> list[str]:
              "|---|---|---:|---:|---|"]
     for stem, m in sorted(metrics.items()):
         same = metrics.get(f"finetune_{m.get('task')}", {}).get("eval_split")
-        if "eval_split" in m and not (stem.startswith("ablation_") and m["eval_split"] == same):
+        variant = m.get("variant", "full")
+        if "eval_split" in m and not (variant != "full" and m["eval_split"] == same):
             lines.append(f"| {stem} | {m['eval_split']} | {m.get('n_train', '')} | "
                          f"{m.get('n_eval', '')} | {m.get('config_hash', '')} |")
     return lines
@@ -379,14 +396,19 @@ def _provenance(params: Params, metrics: Metrics) -> list[str]:
     return lines
 
 
-def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name: str) -> str:
-    """The markdown report (deterministic: same metrics and params, same text)."""
+def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name: str,
+                 expected_hashes: Mapping[str, str]) -> str:
+    """The markdown report (deterministic: same metrics and params, same text).
+
+    A metrics file whose config_hash is neither `expected_hashes[stem]` (variants run with
+    overridden params) nor `config_hash` is listed as stale.
+    """
     cfg = params.report
     full = variant_results(metrics, "full")
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
     stale = sorted(s for s, m in metrics.items()
-                   if m.get("config_hash") not in (None, config_hash))
+                   if m.get("config_hash") not in (None, expected_hashes.get(s, config_hash)))
     seeds = sorted({len(next(iter(m["scores"].values())).get("per_seed", [0]))
                     for m in full.values() if m["scores"]})
     out = [
@@ -420,7 +442,27 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
         f"{t} {n.metric}: random {n.random}, state of the art {n.sota} ({n.source})"
         for t, n in norm.items()) + ".", ""]
     out += ["## Evaluation splits", "",
-            "Ablation files are listed only where their split differs from the finetune "
-            "file of the same task.", "", *_splits_section(metrics), ""]
+            "Ablation files are listed only where their split differs from that of "
+            "finetune_<task>.", "", *_splits_section(metrics), ""]
     out += ["## Data provenance", "", *_provenance(params, metrics), ""]
     return "\n".join(out)
+
+
+def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str, str]
+                  ) -> dict[str, Path]:
+    """reports/report.md, reports/figure2.png and the `dvc plots` CSVs (reports/plots/)."""
+    import pandas as pd
+
+    from gpt1 import atomic
+
+    out = Path(params.paths.reports)
+    left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
+    right = zeroshot_curves(metrics)
+    paths = {"figure": out / "figure2.png", "report": out / "report.md"}
+    plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer)
+    for name, rows in plot_tables(left, right, params.zeroshot.tasks).items():
+        paths[name] = out / "plots" / f"{name}.csv"
+        atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))
+    text = build_report(params, metrics, params.digest(), paths["figure"].name, expected_hashes)
+    atomic.write_text(paths["report"], text)
+    return paths

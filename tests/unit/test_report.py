@@ -57,9 +57,9 @@ def fixture_metrics(root: Path) -> Path:
         files[f"finetune_{task}"] = _task_json(task, "full", 0.50 + 0.02 * i, 3)
     table5 = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
     for i, task in enumerate(table5):
-        files[f"ablation_scratch_{task}"] = _task_json(task, "scratch", 0.30 + 0.01 * i, 3)
+        files[f"finetune_scratch_{task}"] = _task_json(task, "scratch", 0.30 + 0.01 * i, 3)
         if task != "qqp":
-            files[f"ablation_no_aux_{task}"] = _task_json(task, "no_aux", 0.55 + 0.01 * i, 1)
+            files[f"finetune_no_aux_{task}"] = _task_json(task, "no_aux", 0.55 + 0.01 * i, 1)
     for t, task in enumerate(["mnli", "race"]):
         for k in (0, 2, 4):
             files[f"layers_{task}_{k}"] = {
@@ -75,7 +75,7 @@ def fixture_metrics(root: Path) -> Path:
                 for n, task in enumerate(["sst2", "cola", "race", "dprd"])}}
             for j, step in enumerate([1, 10, 100, 1000])]}
     files["download_corpus"] = {"source": "mirror", "files": 113, "bytes": 74775519,
-                                "config_hash": "fixture0hash"}
+                                "config_hash": "0ld0hash"}  # listed as stale
     for stem, body in files.items():
         (root / f"{stem}.json").write_text(json.dumps(body))
     return root
@@ -93,7 +93,8 @@ def fixture_params(make_params):
 def test_report_matches_golden(make_params, tmp_path: Path) -> None:
     params = fixture_params(make_params)
     metrics = report.read_metrics(fixture_metrics(tmp_path))
-    text = report.build_report(params, metrics, "fixture0hash", "figure2.png")
+    expected = {f"finetune_no_aux_{t}": "fixture0hash" for t in TABLE_TASKS}
+    text = report.build_report(params, metrics, "fixture0hash", "figure2.png", expected)
     if os.environ.get("GPT1_UPDATE_GOLDEN") == "1":  # regenerate, review the diff, commit
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "report differs from tests/assets/report_golden.md"
@@ -157,7 +158,7 @@ def test_rendered_paper_column_equals_paper_md(make_params, tmp_path: Path) -> N
     tasks, table5, _ = _paper_tables()
     params = fixture_params(make_params)
     text = report.build_report(params, report.read_metrics(fixture_metrics(tmp_path)),
-                               "h", "f.png")
+                               "h", "f.png", {})
     seen = 0
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -175,3 +176,38 @@ def test_damaged_metrics_file_names_it(tmp_path: Path) -> None:
     (tmp_path / "finetune_cola.json").write_text("{not json")
     with pytest.raises(report.Gpt1Error, match="finetune_cola.json"):
         report.read_metrics(tmp_path)
+
+
+def test_figure2_has_both_panels_labels_legends_and_styles(tmp_path: Path) -> None:
+    """D5: one figure, two labelled panels; a curve per task and split / task and model;
+    log x on the right; Transformer solid, LSTM dashed."""
+    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    left = report.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
+    right = report.zeroshot_curves(metrics)
+    fig = report.draw_figure2(left, right, 4)
+    ax_l, ax_r = fig.axes
+    assert ax_l.get_xlabel() and ax_l.get_ylabel() and ax_r.get_xlabel() and ax_r.get_ylabel()
+    assert ax_r.get_xscale() == "log"
+    left_labels = [t.get_text() for t in ax_l.get_legend().get_texts()]
+    assert left_labels == ["MNLI dev", "MNLI train", "RACE dev", "RACE train"]
+    lines = {line.get_label(): line for line in ax_r.get_lines() if "(" in line.get_label()}
+    assert len(lines) == 8 and len(ax_r.get_legend().get_texts()) == 8
+    assert lines["SST2 (Transformer)"].get_linestyle() == "-"
+    assert lines["SST2 (LSTM)"].get_linestyle() == "--"
+    assert list(lines["DPRD (LSTM)"].get_xdata()) == [1, 10, 100, 1000]
+    png = tmp_path / "figure2.png"
+    report.plot_figure2(left, right, png, 50, 4)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_files_have_every_curve_column(tmp_path: Path) -> None:
+    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    left = report.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
+    tables = report.plot_tables(left, report.zeroshot_curves(metrics),
+                                ["sst2", "cola", "race", "dprd"])
+    assert [r["layers"] for r in tables["figure2_left"]] == [0, 2, 4]
+    assert tables["figure2_left"][2]["mnli_dev"] == pytest.approx(60.0)
+    assert set(tables["zeroshot_lstm"][0]) == {"step", "log10_step", "sst2", "cola", "race",
+                                               "dprd"}
+    empty = report.plot_tables({"mnli": {"dev": [], "train": []}}, {}, ["sst2"])
+    assert list(empty["zeroshot_transformer"][0]) == ["step", "log10_step", "sst2"]
