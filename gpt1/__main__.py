@@ -27,8 +27,10 @@ STAGES: dict[str, str] = {
     "shard_corpus": "shard_corpus",
     "pretrain": "pretrain",
     "pretrain_lstm": "pretrain_lstm",
+    "prepare_task": "prepare_task",
+    "finetune": "finetune",
 }
-TASK_STAGES: set[str] = set()
+TASK_STAGES: set[str] = {"prepare_task", "finetune"}
 
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).

@@ -115,12 +115,13 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
     return make
 
 
-def cap(data: Encoded, limit: int | None, seed: int) -> Encoded:
-    """A seeded random subset of `limit` examples (kept in file order); all if limit is None."""
-    if limit is None or limit >= len(data):
-        return data
-    rows = np.sort(np.random.default_rng(seed).choice(len(data), size=limit, replace=False))
-    return data.subset(rows.tolist())
+def cap_table(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
+    """A seeded random subset of `limit` rows (kept in file order); all rows if limit is None.
+    Applied before encoding, so a capped demo run never tokenises the whole split."""
+    if limit is None or limit >= len(df):
+        return df
+    rows = np.sort(np.random.default_rng(seed).choice(len(df), size=limit, replace=False))
+    return df.iloc[rows].reset_index(drop=True)
 
 
 def collate(seqs: Sequence[list[list[int]]], device: torch.device
@@ -268,9 +269,6 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
     Returns the result (scores aggregated over seeds, per-seed details, sizes).
     """
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    data = {"train": cap(data["train"], hp.max_train_examples, hp.data_seed),
-            "dev": cap(data["dev"], hp.max_eval_examples, hp.data_seed),
-            "test": cap(data["test"], hp.max_eval_examples, hp.data_seed)}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []

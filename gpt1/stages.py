@@ -159,3 +159,95 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
         atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
         write_metrics(params, stage, metrics)
     return metrics
+
+
+# ---------------------------------------------------------------- fine-tuning (owner: TASKS)
+
+
+def _task_spec(params: Params, task: str) -> Any:
+    from gpt1.tasks.registry import TASKS
+
+    if task not in params.finetune.tasks or task not in TASKS:
+        raise Gpt1Error(f"unknown task {task!r}; finetune.tasks = {list(params.finetune.tasks)}")
+    return TASKS[task]
+
+
+def prepare_task(params: Params, task: str) -> dict[str, Any]:
+    """Mirror (or hub) files -> validated canonical train/dev/test tables of one task."""
+    from gpt1.tasks import load
+
+    spec = _task_spec(params, task)
+    mirror = params.paths.mirror_dir
+    tables = load.load_task(spec, params.tasks, mirror)
+    report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "")
+    load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
+    metrics = {"task": task, "source": "mirror" if mirror else "hub",
+               "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
+               "checks_passed": all(r["success"] for r in report.values())}
+    write_metrics(params, f"prepare_task_{task}", metrics)
+    log.info("%s: %s", task, metrics["rows"])
+    return metrics
+
+
+def finetune(params: Params, task: str) -> dict[str, Any]:
+    """Fine-tune the pre-trained Transformer on one task (the `full` row of every table)."""
+    return finetune_variant(params, task, "full", "gpt")
+
+
+def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict[str, Any]:
+    """Fine-tune a `kind` body ("gpt" | "lstm") on `task`; the ablations reuse this with their
+    own params (e.g. finetune.lm_coef=0, init=scratch) and variant name. Writes predictions to
+    <paths.finetuned>[/<variant>]/<task> and the metrics JSON finetune[_<variant>]_<task>.json.
+    """
+    from gpt1 import bpe, checkpoint, tracking
+    from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
+    from gpt1.tasks import formats, load
+
+    spec = _task_spec(params, task)
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    hp = resolve_hparams(params, task)
+    tables = load.read_tables(Path(params.paths.tasks) / task)
+    limits = {"train": hp.max_train_examples, "dev": hp.max_eval_examples,
+              "test": hp.max_eval_examples}
+    capped = {s: cap_table(t, limits[s], hp.data_seed) for s, t in tables.items()}
+    ft = params.finetune
+    pretrained = None
+    if ft.init == "pretrained":
+        run_dir = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
+        pretrained, _ = checkpoint.load_model(run_dir, tok.hash)
+    make_body = body_factory(ft.init, ft.layers_transferred, pretrained,
+                             lambda: checkpoint.build_model(kind, params, tok.vocab_size))
+    tr = formats.Truncation(params.model.n_positions, params.tasks.truncation,
+                            params.tasks.truncate_keep)
+    encode = formats.text_encoder(tok)
+    data = {s: formats.encode_table(t, spec, encode, formats.specials_of(tok), tr)
+            for s, t in capped.items()}
+    suffix = task if variant == "full" else f"{variant}_{task}"
+    out_dir = Path(params.paths.finetuned) / (task if variant == "full" else f"{variant}/{task}")
+    with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
+        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
+    atomic.write_json(out_dir / "result.json", result)
+
+    def sample(split: str) -> str:
+        n, total = len(capped[split]), len(tables[split])
+        return f" (seeded random {n} of {total})" if n < total else f" (all {total})"
+
+    metrics = {
+        "task": task, "variant": variant, "metric": spec.metric, "scores": result["scores"],
+        "eval_split": (f"test = {spec.sources['test']}{sample('test')}; epoch selected on "
+                       f"dev = {spec.sources['dev']}{sample('dev')}"),
+        "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
+        "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
+        "truncated": result["truncated"], "truncation": params.tasks.truncation,
+        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef,
+        "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
+        "best_epoch": [r["best_epoch"] for r in result["seeds"]],
+        "train_examples_per_s": round(sum(r["train_examples_per_s"]
+                                          for r in result["seeds"]) / len(result["seeds"]), 1),
+        "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
+                                         for r in result["seeds"]) / len(result["seeds"]), 1),
+    }
+    write_metrics(params, f"finetune_{suffix}", metrics)
+    log.info("%s %s: %s = %.4f", variant, task, spec.metric,
+             result["scores"][spec.metric]["mean"])
+    return metrics

@@ -434,12 +434,16 @@ def load_task(spec: TaskSpec, cfg: TasksCfg, mirror_dir: str | Path | None,
     return tables
 
 
-def write_tables(tables: Tables, out_dir: str | Path) -> None:
-    """<out_dir>/{train,dev,test}.parquet, written as one directory atomically."""
+def write_tables(tables: Tables, out_dir: str | Path,
+                 reports: dict[str, Any] | None = None) -> None:
+    """<out_dir>/{train,dev,test}.parquet (+ <name>.json per report), as one directory,
+    atomically."""
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         for split in SPLITS:
             tables[split].to_parquet(tmp / f"{split}.parquet", index=False)
+        for name, report in (reports or {}).items():
+            atomic.write_json(tmp / f"{name}.json", report)
 
 
 def read_tables(task_dir: str | Path) -> Tables:

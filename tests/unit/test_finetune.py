@@ -3,13 +3,13 @@ per-task overrides, layer transfer, any body (GPT or LSTM)."""
 
 from __future__ import annotations
 
-import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from gpt1.finetune import (
     body_factory,
-    cap,
+    cap_table,
     collate,
     lm_loss,
     make_loss_fn,
@@ -18,7 +18,7 @@ from gpt1.finetune import (
 from gpt1.heads import TaskHead, TaskModel
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
-from gpt1.tasks.formats import Encoded, Specials, Truncation, layout
+from gpt1.tasks.formats import Specials, Truncation, layout
 from gpt1.tasks.registry import TASKS
 
 V = 40
@@ -129,10 +129,63 @@ def test_lstm_body_fits_the_same_head_and_losses(tiny_params) -> None:
         body_factory("pretrained", 2, pre, lambda: LSTMLM(tiny_params.lstm, V))(0)
 
 
-def test_cap_is_a_seeded_subset() -> None:
-    data = Encoded([[[i]] for i in range(50)], np.arange(50), [str(i) for i in range(50)],
-                   [""] * 50, [i % 2 == 0 for i in range(50)])
-    a, b = cap(data, 10, 3), cap(data, 10, 3)
-    assert a.ids == b.ids and len(a) == 10 and a.ids == sorted(a.ids, key=int)
-    assert a.n_truncated == sum(int(i) % 2 == 0 for i in a.ids)
-    assert cap(data, None, 3) is data and cap(data, 99, 3) is data
+def test_cap_is_a_seeded_subset_in_file_order() -> None:
+    df = pd.DataFrame({"id": [str(i) for i in range(50)], "label": range(50)})
+    a, b = cap_table(df, 10, 3), cap_table(df, 10, 3)
+    assert a["id"].tolist() == b["id"].tolist() and len(a) == 10
+    assert a["label"].is_monotonic_increasing
+    assert cap_table(df, 10, 4)["id"].tolist() != a["id"].tolist()
+    assert cap_table(df, None, 3) is df and cap_table(df, 99, 3) is df
+
+
+# ------------------------------------------------------------------ the two DVC stages
+
+
+def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> None:
+    import json
+
+    from test_load import write_mirror
+
+    from gpt1 import bpe, stages
+    from gpt1.data.clean import standardize_texts
+
+    write_mirror(tmp_path / "mirror", rows=40)
+    params = make_params({"finetune": {"init": "scratch", "epochs": 2, "seeds": [0, 1],
+                                       "max_train_examples": 24, "max_eval_examples": 12},
+                          "tasks": {"dev_examples": {"story_cloze": 6}}, "bpe": {"n_merges": 20}})
+    rows = stages.prepare_task(params, "mrpc")
+    assert rows["rows"] == {"train": 36, "dev": 4, "test": 40} and rows["checks_passed"]
+    tables = (tmp_path / "data/tasks/mrpc")
+    assert sorted(p.name for p in tables.iterdir()) == [
+        "checks.json", "dev.parquet", "test.parquet", "train.parquet"]
+    texts = [" ".join(pd.read_parquet(tables / "train.parquet")["text_a"])] * 3
+    bpe.train_bpe(standardize_texts(texts), params.bpe, params.paths.tokenizer)
+    metrics = stages.finetune(params, "mrpc")
+    saved = json.loads((tmp_path / "reports/metrics/finetune_mrpc.json").read_text())
+    assert saved["task"] == "mrpc" and saved["variant"] == "full" and saved["metric"] == "f1"
+    assert set(saved["scores"]) == {"f1", "acc"} and len(saved["scores"]["f1"]["per_seed"]) == 2
+    assert 0.0 <= saved["scores"]["acc"]["mean"] <= 1.0
+    assert saved["n_train"] == 24 and saved["n_eval"] == 12 and saved["config_hash"]
+    assert "seeded random 12 of 40" in saved["eval_split"] and "carved" in saved["eval_split"]
+    assert metrics["scores"] == saved["scores"]
+    preds = pd.read_parquet(tmp_path / "data/finetuned/mrpc/predictions_seed1.parquet")
+    assert len(preds) == 12 and set(preds.columns) == {"id", "group", "label", "prediction"}
+
+
+def test_cli_bad_task_file_is_one_line_exit_2(make_params, tmp_path, capsys) -> None:
+    import yaml
+    from test_load import write_mirror
+
+    from gpt1.__main__ import main
+    from tests.conftest import make_params_dict
+
+    write_mirror(tmp_path / "mirror")
+    bad = tmp_path / "mirror/tasks/SST-2/dev.tsv"
+    bad.write_text(bad.read_text().replace("\t1\n", "\tpositive\n", 1))
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text(yaml.safe_dump(make_params_dict(tmp_path)))
+    assert main(["--params", str(cfg), "prepare_task", "--task", "sst2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gpt1 prepare_task: error: {bad}: line 3: label 'positive' not in "
+                   "['0', '1']"]
+    assert not (tmp_path / "data/tasks/sst2").exists()  # nothing half-written
