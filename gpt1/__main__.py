@@ -29,8 +29,16 @@ STAGES: dict[str, str] = {
     "pretrain_lstm": "pretrain_lstm",
     "prepare_task": "prepare_task",
     "finetune": "finetune",
+    "ablation": "ablation",
+    "transfer_layers": "transfer_layers",
+    "zeroshot": "zeroshot",
+    "zeroshot_lstm": "zeroshot_lstm",
+    "report": "report",
 }
-TASK_STAGES: set[str] = {"prepare_task", "finetune"}
+TASK_STAGES: set[str] = {"prepare_task", "finetune", "ablation", "transfer_layers"}
+# Stages taking more arguments than --task: stage -> {argument: type} (all required).
+STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
+                                          "transfer_layers": {"layers": int}}
 
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
@@ -61,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=f"run the `{name}` pipeline stage")
         if name in TASK_STAGES:
             p.add_argument("--task", required=True)
+        for arg, kind in STAGE_ARGS.get(name, {}).items():
+            p.add_argument(f"--{arg}", type=kind, required=True)
     for name, module in TOOLS.items():
         tool = importlib.import_module(module)
         tool.add_arguments(sub.add_parser(name, help=(tool.__doc__ or name).splitlines()[0]))
@@ -84,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     kwargs = {"task": args.task} if args.command in TASK_STAGES else {}
+    kwargs.update({arg: getattr(args, arg) for arg in STAGE_ARGS.get(args.command, {})})
     try:
         if args.command in TOOLS:
             importlib.import_module(TOOLS[args.command]).run(args, load_params(args.params))

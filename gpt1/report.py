@@ -244,6 +244,7 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(12, 4.6))
     colors = plt.get_cmap("tab10")
@@ -257,6 +258,7 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
     ax_l.set_xlabel("# of layers transferred")
     ax_l.set_ylabel("accuracy (%)")
     ax_l.set_xlim(-0.3, n_layer + 0.3)
+    ax_l.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax_l.set_title("Transfer: layers of the pre-trained model copied")
     ax_l.grid(alpha=0.3)
     tasks = sorted({t for per_task in right.values() for t in per_task})
@@ -274,7 +276,7 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
     ax_r.grid(alpha=0.3)
     for ax in (ax_l, ax_r):
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="best")
+            ax.legend(fontsize=7, loc="best", ncol=1 if ax is ax_l else 2)
         else:
             ax.text(0.5, 0.5, "no data at this preset", ha="center", transform=ax.transAxes)
     fig.tight_layout()
@@ -390,8 +392,8 @@ def _provenance(params: Params, metrics: Metrics) -> list[str]:
     for stage in ("pretrain", "pretrain_lstm"):
         m = metrics.get(stage)
         if m:
-            keys = ", ".join(f"{k} {m[k]}" for k in ("steps", "tokens", "val_ppl", "val_loss")
-                             if k in m)
+            keys = ", ".join(f"{k} {m[k]:.4g}" if isinstance(m[k], float) else f"{k} {m[k]}"
+                             for k in ("steps", "tokens", "val_ppl", "val_loss") if k in m)
             lines.append(f"- `{stage}`: {keys or 'see its metrics file'}.")
     return lines
 

@@ -251,3 +251,142 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     log.info("%s %s: %s = %.4f", variant, task, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
+
+
+# ------------------------------------- ablations, Figure 2 and the report (owner: REPORT)
+
+
+def _override(params: Params, **sections: dict[str, Any]) -> Params:
+    """params with some keys of some sections replaced, validated again like a params file."""
+    from gpt1.config import parse_params
+
+    raw = params.as_dict()
+    for section, values in sections.items():
+        raw[section] = {**raw[section], **values}
+    return parse_params(raw, "<override>")
+
+
+def ablation_params(params: Params, variant: str) -> Params:
+    """The finetune params of one Table 5 row (ablations.presets[variant])."""
+    preset = params.ablations.presets.get(variant)
+    if preset is None:
+        raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
+                        f"{list(params.ablations.presets)}")
+    lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
+    return _override(params, finetune={"init": preset.init, "lm_coef": lm_coef})
+
+
+def ablation(params: Params, task: str, variant: str) -> dict[str, Any]:
+    """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop)."""
+    if task not in params.ablations.tasks:
+        raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
+    kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
+    return finetune_variant(ablation_params(params, variant), task, variant, kind)
+
+
+def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
+    """Figure 2 left: the finetune stage with the embeddings + first `layers` blocks transferred.
+
+    The selected epoch's dev accuracy, and its train accuracy on a seeded sample of the very
+    rows it was trained on (scored as the run's `test` split: tables derived in the run dir).
+    """
+    import json
+
+    from gpt1.evaluate import aggregate
+    from gpt1.finetune import cap_table, resolve_hparams
+    from gpt1.tasks import load
+
+    if task not in params.layers.tasks or not 0 <= layers <= params.model.n_layer:
+        raise Gpt1Error(f"{task!r} / {layers} layers: not in layers.tasks "
+                        f"{list(params.layers.tasks)} or outside 0..{params.model.n_layer}")
+    spec, hp = _task_spec(params, task), resolve_hparams(params, task)
+    base = Path(params.paths.finetuned) / "layers" / f"{task}_{layers}"
+    tables = load.read_tables(Path(params.paths.tasks) / task)
+    train = cap_table(tables["train"], hp.max_train_examples, hp.data_seed)
+    load.write_tables({"train": train, "dev": tables["dev"],
+                       "test": cap_table(train, hp.max_eval_examples, hp.data_seed)},
+                      base / "tables" / task)
+    run = _override(params, finetune={"layers_transferred": layers, "init": "pretrained"},
+                    paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
+                           "finetuned": str(base)})
+    variant = f"layers_{layers}"
+    inner = finetune_variant(run, task, variant, "gpt")
+    result = json.loads((base / variant / task / "result.json").read_text(encoding="utf-8"))
+    dev = [{"dev_acc": s["dev_history"][s["best_epoch"] - 1][spec.metric]}
+           for s in result["seeds"]]
+    metrics = {
+        "task": task, "variant": variant, "layers_transferred": layers, "metric": spec.metric,
+        "scores": {**aggregate(dev), "train_acc": result["scores"][spec.metric]},
+        "eval_split": (f"dev = {spec.sources['dev']} (selected epoch); train = seeded sample "
+                       f"of {inner['n_eval']} of the {inner['n_train']} training rows"),
+        "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
+    }
+    write_metrics(params, f"layers_{task}_{layers}", metrics)
+    return metrics
+
+
+def zeroshot(params: Params) -> dict[str, Any]:
+    """Figure 2 right: zero-shot heuristics on the Transformer's log-spaced checkpoints."""
+    return _zeroshot(params, "zeroshot", "transformer", params.paths.checkpoints)
+
+
+def zeroshot_lstm(params: Params) -> dict[str, Any]:
+    """Figure 2 right: the same heuristics on the LSTM's checkpoints."""
+    return _zeroshot(params, "zeroshot_lstm", "lstm", params.paths.lstm_checkpoints)
+
+
+def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict[str, Any]:
+    import torch
+    from tqdm import tqdm
+
+    from gpt1 import bpe, checkpoint, tracking
+    from gpt1 import zeroshot as zs
+    from gpt1.tasks import formats, load
+    from gpt1.train import autocast_for, resolve_precision
+
+    cfg = params.zeroshot
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    tables = {t: load.read_tables(Path(params.paths.tasks) / t) for t in cfg.tasks if t != "dprd"}
+    dprd_file = Path(params.paths.mirror_dir or "") / "tasks" / "DPRD" / f"{cfg.dprd_split}.c.txt"
+    dprd = zs.read_dprd(dprd_file) if "dprd" in cfg.tasks else []
+    data, counts = zs.build_data(cfg, tables, dprd, formats.text_encoder(tok), params.seed)
+    steps = sorted(int(s) for s in checkpoint.read_model_meta(Path(run_dir))["zeroshot"])
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    precision = resolve_precision(params.pretrain.precision, device)
+    n_ctx = params.model.n_positions
+    rows = []
+    with tracking.start_run(stage, params) as on_metrics:
+        for step in tqdm(steps, desc=f"{stage} checkpoints", unit="ckpt"):
+            model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
+            scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
+                                    lambda: autocast_for(precision, device))
+            raw = zs.evaluate(scorer, data, n_ctx)
+            norm = {t: zs.normalise(raw[t], cfg.norm[t]) for t in cfg.tasks}
+            rows.append({"step": step, "scores": raw, "normalised": norm})
+            on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
+            log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
+    metrics = {
+        "model": model_name, "checkpoints": rows, "n_examples": counts,
+        "eval_split": (f"canonical test splits of {', '.join(t for t in cfg.tasks if t != 'dprd')}"
+                       f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
+                       f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
+        "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
+    }
+    write_metrics(params, stage, metrics)
+    return metrics
+
+
+def report(params: Params) -> dict[str, Any]:
+    """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
+    from gpt1 import report as rep
+    from gpt1 import tracking
+
+    metrics = rep.read_metrics(params.paths.metrics)
+    expected = {f"finetune_{v}_{t}": ablation_params(params, v).digest()
+                for v in params.ablations.presets for t in params.ablations.tasks}
+    paths = rep.write_outputs(params, metrics, expected)
+    with tracking.start_run("report", params):
+        for path in paths.values():
+            tracking.log_artifact(path, "report")
+    log.info("report: %s from %d metrics files", paths["report"], len(metrics))
+    return {"metrics_files": len(metrics), "outputs": {k: str(v) for k, v in paths.items()}}

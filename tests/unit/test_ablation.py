@@ -1,0 +1,55 @@
+"""Table 5 / Figure 2 stages are presets of the finetune stage: the overrides they apply, their
+CLI arguments and their DVC entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpt1 import stages
+from gpt1.__main__ import STAGE_ARGS, STAGES, build_parser
+from gpt1.errors import Gpt1Error
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
+    base = tiny_params.finetune
+    scratch = stages.ablation_params(tiny_params, "scratch")
+    no_aux = stages.ablation_params(tiny_params, "no_aux")
+    lstm = stages.ablation_params(tiny_params, "lstm")
+    assert scratch.finetune.init == "scratch" and scratch.finetune.lm_coef == base.lm_coef
+    assert no_aux.finetune.init == "pretrained" and no_aux.finetune.lm_coef == 0.0
+    assert lstm.finetune == base.model_copy(update={"init": "pretrained"})
+    for p in (scratch, no_aux, lstm):  # everything else is the full run's params
+        assert p.model_dump(exclude={"finetune"}) == tiny_params.model_dump(exclude={"finetune"})
+    assert tiny_params.ablations.presets["lstm"].body == "lstm"
+    with pytest.raises(Gpt1Error, match="unknown ablation variant"):
+        stages.ablation_params(tiny_params, "bogus")
+
+
+def test_cli_takes_variant_and_layers() -> None:
+    args = build_parser().parse_args(["ablation", "--task", "rte", "--variant", "scratch"])
+    assert (args.task, args.variant) == ("rte", "scratch")
+    args = build_parser().parse_args(["transfer_layers", "--task", "mnli", "--layers", "3"])
+    assert args.layers == 3
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ablation", "--task", "rte"])
+    assert set(STAGE_ARGS) <= set(STAGES)
+
+
+def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for name in ("ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
+        assert name in STAGES and name in dvc
+    assert set(dvc["ablation"]["matrix"]) == {"variant", "task"}
+    assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
+    assert "--layers ${item.layers}" in dvc["transfer_layers"]["cmd"]
+    assert "${paths.metrics}" in dvc["report"]["deps"]  # report reruns after any stage
+
+
+def test_transfer_layers_refuses_k_beyond_the_model(tiny_params) -> None:
+    with pytest.raises(Gpt1Error, match="outside 0..2"):
+        stages.transfer_layers(tiny_params, "mnli", 3)
