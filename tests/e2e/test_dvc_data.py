@@ -1,7 +1,8 @@
 """End to end through DVC: a copy of the repo, a tiny generated mirror, `dvc repro shard_corpus`.
 
-Checks the outputs, that a second repro is a no-op, and that changing one BPE parameter reruns
-train_bpe and shard_corpus only.
+Checks the outputs, that a second repro is a no-op, that the cleaned corpus does not depend on
+the number of cleaning processes, and that changing one BPE parameter reruns train_bpe and
+shard_corpus only.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def test_dvc_repro_data_stages(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     _copy_repo(repo)
     write_corpus(repo / "mirror", n_books=5, n_paragraphs=25)
-    _set_params(repo, paths={"mirror_dir": "mirror"}, clean={"workers": 1},
+    _set_params(repo, paths={"mirror_dir": "mirror"}, clean={"workers": 2},
                 bpe={"n_merges": 200, "min_frequency": 1},
                 shard={"tokens_per_shard": 3000, "val_frac": 0.2},
                 tracking={"enabled": False})
@@ -84,6 +85,10 @@ def test_dvc_repro_data_stages(tmp_path: Path) -> None:
 
     second = _run(["dvc", "repro", "shard_corpus"], repo)
     assert _ran(second) == []
+
+    # One worker instead of two: clean reruns and writes the same parquet, so nothing after it.
+    _set_params(repo, clean={"workers": 1})
+    assert _ran(_run(["dvc", "repro", "shard_corpus"], repo)) == ["clean_corpus"]
 
     _set_params(repo, bpe={"n_merges": 150})
     third = _run(["dvc", "repro", "shard_corpus"], repo)

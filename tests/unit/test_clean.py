@@ -119,14 +119,3 @@ def test_changed_raw_file_is_refused(tmp_path, make_params) -> None:
     with pytest.raises(Gpt1Error, match="changed since download_corpus"):
         stages.clean_corpus(params)
 
-
-def test_parallel_cleaning_gives_the_same_output(tmp_path, make_params) -> None:
-    write_corpus(tmp_path / "mirror", n_books=3, n_paragraphs=4)
-    from gpt1.data import sources
-
-    params = make_params()
-    docs = sources.raw_documents(sources.download_corpus(
-        params.data, params.paths.mirror_dir, params.paths.raw))
-    serial, _ = clean.clean_documents(docs, params.clean.model_copy(update={"workers": 1}))
-    parallel, _ = clean.clean_documents(docs, params.clean.model_copy(update={"workers": 2}))
-    assert serial == parallel and len(serial) == 3
