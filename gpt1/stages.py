@@ -224,18 +224,31 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
             for s, t in capped.items()}
     suffix = task if variant == "full" else f"{variant}_{task}"
     out_dir = Path(params.paths.finetuned) / (task if variant == "full" else f"{variant}/{task}")
+    sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
+                  if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
+              for s in tables}
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
-    atomic.write_json(out_dir / "result.json", result)
+        atomic.write_json(out_dir / "result.json", result)
+        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample)
+        path = write_metrics(params, f"finetune_{suffix}", metrics)
+        tracking.log_summary(metrics)
+        tracking.log_artifact(path)
+    log.info("%s %s: %s = %.4f", variant, task, spec.metric,
+             result["scores"][spec.metric]["mean"])
+    return metrics
 
-    def sample(split: str) -> str:
-        n, total = len(capped[split]), len(tables[split])
-        return f" (seeded random {n} of {total})" if n < total else f" (all {total})"
 
-    metrics = {
-        "task": task, "variant": variant, "metric": spec.metric, "scores": result["scores"],
-        "eval_split": (f"test = {spec.sources['test']}{sample('test')}; epoch selected on "
-                       f"dev = {spec.sources['dev']}{sample('dev')}"),
+def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: str,
+                      result: dict[str, Any], sample: dict[str, str]) -> dict[str, Any]:
+    """The metrics JSON of one fine-tuning run (interfaces: task, variant, metric, scores,
+    eval_split, n_train, n_eval; plus provenance of splits, truncation and speed)."""
+    ft = params.finetune
+    return {
+        "task": spec.name, "variant": variant, "metric": spec.metric,
+        "scores": result["scores"],
+        "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
+                       f"dev = {spec.sources['dev']}{sample['dev']}"),
         "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
         "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
         "truncated": result["truncated"], "truncation": params.tasks.truncation,
@@ -247,10 +260,6 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
                                          for r in result["seeds"]) / len(result["seeds"]), 1),
     }
-    write_metrics(params, f"finetune_{suffix}", metrics)
-    log.info("%s %s: %s = %.4f", variant, task, spec.metric,
-             result["scores"][spec.metric]["mean"])
-    return metrics
 
 
 # ------------------------------------- ablations, Figure 2 and the report (owner: REPORT)
