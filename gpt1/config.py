@@ -360,6 +360,10 @@ class LayersCfg(Section):
     layers_transferred: IntTuple
     """Values of k (paper: 0..12); each <= model.n_layer (checked by the stage, so that
     presets with fewer layers can keep the list)."""
+    max_train_examples: PosInt | None
+    """Cap on training examples of each run of the study; null = finetune's caps."""
+    max_eval_examples: PosInt | None
+    """Cap on dev (and train-accuracy) examples of each run; null = finetune's caps."""
 
 
 class ZeroShotTask(Section):

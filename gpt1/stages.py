@@ -293,6 +293,19 @@ def ablation(params: Params, task: str, variant: str) -> dict[str, Any]:
     return finetune_variant(ablation_params(params, variant), task, variant, kind)
 
 
+def _layers_caps(params: Params, task: str) -> Params:
+    """params whose fine-tuning caps are the study's (layers.max_*), when it sets them."""
+    caps = {k: v for k, v in (("max_train_examples", params.layers.max_train_examples),
+                              ("max_eval_examples", params.layers.max_eval_examples))
+            if v is not None}
+    if not caps:
+        return params
+    overrides = params.as_dict()["finetune"]["overrides"]
+    if task in overrides:
+        overrides[task] = {**overrides[task], **dict.fromkeys(caps)}
+    return _override(params, finetune={**caps, "overrides": overrides})
+
+
 def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
     """Figure 2 left: the finetune stage with the embeddings + first `layers` blocks transferred.
 
@@ -308,14 +321,15 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
     if task not in params.layers.tasks or not 0 <= layers <= params.model.n_layer:
         raise Gpt1Error(f"{task!r} / {layers} layers: not in layers.tasks "
                         f"{list(params.layers.tasks)} or outside 0..{params.model.n_layer}")
-    spec, hp = _task_spec(params, task), resolve_hparams(params, task)
+    study = _layers_caps(params, task)
+    spec, hp = _task_spec(params, task), resolve_hparams(study, task)
     base = Path(params.paths.finetuned) / "layers" / f"{task}_{layers}"
     tables = load.read_tables(Path(params.paths.tasks) / task)
     train = cap_table(tables["train"], hp.max_train_examples, hp.data_seed)
     load.write_tables({"train": train, "dev": tables["dev"],
                        "test": cap_table(train, hp.max_eval_examples, hp.data_seed)},
                       base / "tables" / task)
-    run = _override(params, finetune={"layers_transferred": layers, "init": "pretrained"},
+    run = _override(study, finetune={"layers_transferred": layers, "init": "pretrained"},
                     paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
                            "finetuned": str(base)})
     variant = f"layers_{layers}"

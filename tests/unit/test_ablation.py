@@ -53,3 +53,16 @@ def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
 def test_transfer_layers_refuses_k_beyond_the_model(tiny_params) -> None:
     with pytest.raises(Gpt1Error, match="outside 0..2"):
         stages.transfer_layers(tiny_params, "mnli", 3)
+
+
+def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
+    params = make_params({"layers": {"max_train_examples": 7, "max_eval_examples": None},
+                          "finetune": {"overrides": {"mnli": {"max_train_examples": 99,
+                                                              "lr": 1e-3}}}})
+    study = stages._layers_caps(params, "mnli")
+    assert study.finetune.max_train_examples == 7
+    assert study.finetune.max_eval_examples == params.finetune.max_eval_examples
+    assert study.finetune.overrides["mnli"].max_train_examples is None
+    assert study.finetune.overrides["mnli"].lr == 1e-3
+    off = make_params({"layers": {"max_train_examples": None, "max_eval_examples": None}})
+    assert stages._layers_caps(off, "mnli") == off
