@@ -381,6 +381,35 @@ def _splits_section(metrics: Metrics) -> list[str]:
     return lines
 
 
+def _carved(full: Mapping[str, dict[str, Any]]) -> str:
+    """Which canonical splits of each task were carved out of another file (seeded)."""
+    parts = []
+    for task, m in sorted(full.items()):
+        text = m.get("eval_split", "")
+        which = [split for split in ("test", "dev") if f"{split} = carved" in text]
+        if which:
+            parts.append(f"{task} ({' and '.join(which)})")
+    return ", ".join(parts) if parts else "none among the tasks run"
+
+
+def _zeroshot_table(metrics: Metrics) -> list[str]:
+    """Raw zero-shot scores (x 100) per checkpoint and model."""
+    lines = []
+    for stem, m in sorted(metrics.items()):
+        if not stem.startswith("zeroshot") or "checkpoints" not in m:
+            continue
+        tasks = [t for t in m["checkpoints"][0]["normalised"]] if m["checkpoints"] else []
+        if not lines:
+            lines = ["| model | step | " + " | ".join(tasks) + " |",
+                     "|---|---:|" + "---:|" * len(tasks)]
+        for c in m["checkpoints"]:
+            raw = c.get("scores", {})
+            lines.append(f"| {MODEL_LABELS.get(m['model'], m['model'])} | {c['step']} | "
+                         + " | ".join(f"{100 * raw[t]:.1f}" if t in raw else "n/a"
+                                      for t in tasks) + " |")
+    return lines
+
+
 def _provenance(params: Params, metrics: Metrics) -> list[str]:
     lines = [f"- Task data: {params.paths.mirror_dir or 'the Hugging Face hub'} "
              "(files and sources in its MANIFEST.md), read in place; canonical tables in "
@@ -439,13 +468,19 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
             "Right, zero-shot (0 = random guess, 1 = state of the art; Transformer solid, "
             "LSTM dashed). " + describe_right(right)
             + f" Paper: {cfg.paper_figure2['right']}.", ""]
+    ztable = _zeroshot_table(metrics)
+    if ztable:
+        out += ["Zero-shot raw scores (x 100; accuracy, CoLA MCC) per checkpoint:", "",
+                *ztable, ""]
     norm = params.zeroshot.norm
     out += ["Zero-shot normalisation: " + "; ".join(
         f"{t} {n.metric}: random {n.random}, state of the art {n.sota} ({n.source})"
         for t, n in norm.items()) + ".", ""]
     out += ["## Evaluation splits", "",
             "Ablation files are listed only where their split differs from that of "
-            "finetune_<task>.", "", *_splits_section(metrics), ""]
+            "finetune_<task>.", "",
+            f"Splits carved out of another file (seeded; gpt1/tasks/registry.py): "
+            f"{_carved(full)}.", "", *_splits_section(metrics), ""]
     out += ["## Data provenance", "", *_provenance(params, metrics), ""]
     return "\n".join(out)
 

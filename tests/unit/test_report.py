@@ -39,11 +39,17 @@ def _entry(vals: list[float]) -> dict[str, Any]:
     return {"mean": sum(vals) / len(vals), "sd": 0.0, "per_seed": vals}
 
 
+def _split_text(task: str) -> str:
+    test = "carved (seeded) part of the official test" if task == "scitail" else "official"
+    dev = "carved (seeded) from train" if task in ("mnli", "rte", "scitail") else "official"
+    return f"test = {test} {task} (fixture); epoch selected on dev = {dev}"
+
+
 def _task_json(task: str, variant: str, base: float, seeds: int) -> dict[str, Any]:
     scores = {name: _entry([round(base + 0.01 * j + 0.004 * s, 4) for s in range(seeds)])
               for j, name in enumerate(SCORES.get(task, ["acc"]))}
     out = {"task": task, "variant": variant, "metric": next(iter(scores)), "scores": scores,
-           "eval_split": f"{task} test split (fixture)", "n_train": 100, "n_eval": 50,
+           "eval_split": _split_text(task), "n_train": 100, "n_eval": 50,
            "config_hash": "fixture0hash"}
     if task == "mnli":
         out["missing_scores"] = {"acc_mismatched": "MNLI dev_mismatched is not in the mirror"}
@@ -70,7 +76,9 @@ def fixture_metrics(root: Path) -> Path:
                 "config_hash": "fixture0hash"}
     for stem, model, wiggle in (("zeroshot", "transformer", 0.0), ("zeroshot_lstm", "lstm", 0.1)):
         files[stem] = {"model": model, "config_hash": "fixture0hash", "checkpoints": [
-            {"step": step, "normalised": {
+            {"step": step, "scores": {"sst2": 0.5 + 0.01 * j, "cola": 0.02 * j,
+                                      "race": 0.25 + 0.01 * j, "dprd": 0.5},
+             "normalised": {
                 task: round(0.05 * j + 0.02 * n + (wiggle if j % 2 else -wiggle), 4)
                 for n, task in enumerate(["sst2", "cola", "race", "dprd"])}}
             for j, step in enumerate([1, 10, 100, 1000])]}
