@@ -394,7 +394,7 @@ def _carved(full: Mapping[str, dict[str, Any]]) -> str:
 
 def _zeroshot_table(metrics: Metrics) -> list[str]:
     """Raw zero-shot scores (x 100) per checkpoint and model."""
-    lines = []
+    lines: list[str] = []
     for stem, m in sorted(metrics.items()):
         if not stem.startswith("zeroshot") or "checkpoints" not in m:
             continue
