@@ -1,0 +1,99 @@
+"""The report chain end to end on generated data: finetune, ablation presets (scratch / no aux
+LM / LSTM body), transfer_layers, zeroshot (both models) and report, each stage function called
+as DVC calls it, on a tiny model; the report and Figure 2 come out with our numbers in them."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+
+from gpt1 import bpe, checkpoint, stages
+from gpt1.tasks.load import write_tables
+
+WORDS = "the a cat dog sat ran on mat good bad film very positive negative it he she".split()
+
+
+def _sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def _table(task: str, n: int, rng: random.Random) -> pd.DataFrame:
+    rows = []
+    for i in range(n):
+        choices = [_sentence(rng, 2) for _ in range(4)] if task == "race" else []
+        label = rng.randrange(4 if task == "race" else 3 if task == "mnli" else 2)
+        rows.append({"id": f"{task}{i}", "text_a": _sentence(rng, 6),
+                     "text_b": "" if task in ("cola", "sst2") else _sentence(rng, 3),
+                     "choices": choices, "label": label,
+                     "group": rng.choice(["middle", "high"]) if task == "race" else "",
+                     "source": f"gen:{i}"})
+    return pd.DataFrame(rows)
+
+
+def _pretrained(params, kind: str, run_dir: str, tok) -> None:
+    """A 'pre-trained' run dir as the pretrain stage leaves it: final + zero-shot weights."""
+    model = checkpoint.build_model(kind, params, tok.vocab_size)
+    for step in (1, 4, 16):
+        checkpoint.save_weights(checkpoint.zeroshot_path(Path(run_dir), step), model)
+    checkpoint.write_model(Path(run_dir), model, {
+        "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+        "params": params.as_dict(), "step": 16})
+
+
+def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
+    params = make_params({
+        "finetune": {"tasks": ["rte", "mnli", "race", "cola", "sst2"], "seeds": [0],
+                     "max_train_examples": 12, "max_eval_examples": 8},
+        "ablations": {"tasks": ["rte"]},
+        "layers": {"tasks": ["mnli"], "layers_transferred": [0, 1, 2],
+                   "max_train_examples": 10, "max_eval_examples": 6},
+        "zeroshot": {"max_examples": 8},
+        "pretrain": {"precision": "fp32"},
+        "bpe": {"n_merges": 20},
+    })
+    rng = random.Random(0)
+    tok = bpe.train_bpe([_sentence(rng, 30) for _ in range(50)], params.bpe,
+                        params.paths.tokenizer)
+    _pretrained(params, "gpt", params.paths.checkpoints, tok)
+    _pretrained(params, "lstm", params.paths.lstm_checkpoints, tok)
+    for task in params.finetune.tasks:
+        write_tables({s: _table(task, 16, rng) for s in ("train", "dev", "test")},
+                     Path(params.paths.tasks) / task)
+    dprd = Path(params.paths.mirror_dir) / "tasks" / "DPRD" / "test.c.txt"
+    dprd.parent.mkdir(parents=True)
+    dprd.write_text("The cat sat on the dog because it was good.\nit\nThe cat,the dog\n"
+                    "the dog\n\nThe dog ran at the cat because it was bad.\nit\n"
+                    "The dog,the cat\nThe dog\n")
+
+    stages.finetune(params, "rte")
+    for variant in params.ablations.variants:
+        stages.ablation(params, "rte", variant)
+    for k in params.layers.layers_transferred:
+        stages.transfer_layers(params, "mnli", k)
+    stages.zeroshot(params)
+    stages.zeroshot_lstm(params)
+    out = stages.report(params)
+
+    metrics = Path(params.paths.metrics)
+    lstm = json.loads((metrics / "finetune_lstm_rte.json").read_text())
+    assert (lstm["variant"], lstm["body"], lstm["init"]) == ("lstm", "lstm", "pretrained")
+    no_aux = json.loads((metrics / "finetune_no_aux_rte.json").read_text())
+    assert no_aux["lm_coef"] == 0.0
+    layers = json.loads((metrics / "layers_mnli_2.json").read_text())
+    assert set(layers["scores"]) == {"dev_acc", "train_acc"} and layers["n_train"] == 10
+    zs = json.loads((metrics / "zeroshot_lstm.json").read_text())
+    assert [c["step"] for c in zs["checkpoints"]] == [1, 4, 16]
+    assert zs["n_examples"]["dprd"] == 2
+
+    text = Path(out["outputs"]["report"]).read_text()
+    assert "stale" not in text  # every file carries the hash the report expects
+    rte = 100 * lstm["scores"]["acc"]["mean"]
+    lstm_rows = text.split("| LSTM w/ aux LM | paper |")[1].splitlines()
+    assert lstm_rows[1].rstrip().endswith(f"| {rte:.1f} ± 0.0 |")
+    assert "MNLI dev accuracy goes from" in text and "Transformer: mean normalised" in text
+    assert Path(out["outputs"]["figure"]).read_bytes()[:4] == b"\x89PNG"
+    left = pd.read_csv(out["outputs"]["figure2_left"])
+    assert left["layers"].tolist() == [0, 1, 2] and left["mnli_dev"].notna().all()
