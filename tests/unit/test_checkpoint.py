@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from gpt1 import bpe, checkpoint, stages
@@ -21,6 +20,7 @@ from gpt1.config import parse_params
 from gpt1.data import shards
 from gpt1.errors import Gpt1Error
 from tests.conftest import REPO, make_params_dict
+from tests.unit.test_train import _one_thread  # noqa: F401 (autouse fixture)
 
 # Long enough (96 updates, a checkpoint every 8) that a kill lands inside a checkpoint write.
 RUN = {"bpe": {"n_merges": 40},
@@ -69,14 +69,6 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
         time.sleep(0.0005)
     proc.kill()
     raise AssertionError("run neither reached the kill point nor finished")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
