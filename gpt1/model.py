@@ -30,7 +30,8 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if not training or p == 0.0:
         return x
     drop_units = round(p * 65536)
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device).random_()
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
+    words.random_(-(2**63), 2**63 - 1)  # all 64 bits random (plain random_() leaves the top 0)
     uniform16 = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform in [-32768, 32767]
     scale = torch.tensor(65536 / (65536 - drop_units), dtype=x.dtype, device=x.device)
     mask = torch.where(uniform16 >= drop_units - 32768, scale, torch.zeros_like(scale))

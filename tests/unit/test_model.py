@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gpt1.config import ModelCfg
-from gpt1.model import GPT, count_parameters, transfer_weights
+from gpt1.model import GPT, count_parameters, dropout, lm_cross_entropy, transfer_weights
 
 
 def _cfg(tiny_params, **over) -> ModelCfg:
@@ -122,3 +122,25 @@ def test_transfer_weights_copies_first_k_blocks(tiny_params):
     assert set(copied_all) == set(src.state_dict())
     with pytest.raises(ValueError):
         transfer_weights(src.state_dict(), dst, layers_transferred=4)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_fast_dropout_rate_is_uniform_and_unbiased(p):
+    x = torch.ones(4, 100_003)
+    y = dropout(x, p, training=True)
+    dropped = (y == 0).float()
+    for lane in range(4):  # every position of the 4 x 16-bit lanes of each random word
+        assert dropped.flatten()[lane::4].mean().item() == pytest.approx(p, abs=0.01)
+    assert y.mean().item() == pytest.approx(1.0, abs=0.01)
+    assert torch.equal(dropout(x, p, training=False), x)
+
+
+def test_chunked_cross_entropy_matches_torch():
+    logits = (3 * torch.randn(37, 40_000)).requires_grad_()  # 2 row chunks
+    targets = torch.randint(0, 40_000, (37,))
+    ours = lm_cross_entropy(logits, targets)
+    (g_ours,) = torch.autograd.grad(ours, logits)
+    ref = torch.nn.functional.cross_entropy(logits, targets)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(g_ours, g_ref)
