@@ -154,10 +154,12 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
     with run as on_metrics:
         metrics = train.pretrain(model, train_tokens, val_tokens, params, run_dir, meta, flops,
                                  on_metrics or (lambda step, m: None))
-    history = metrics.pop("history")
-    if is_rank0:
-        atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
-        write_metrics(params, stage, metrics)
+        history = metrics.pop("history")
+        if is_rank0:
+            atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
+            for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
+                tracking.log_artifact(Path(run_dir) / name, "model")
+            tracking.log_artifact(write_metrics(params, stage, metrics))
     return metrics
 
 
