@@ -151,8 +151,10 @@ def _run_graph(
     return records
 
 
-def results_markdown(params: Params, records: list[dict[str, Any]], run_link: str | None) -> str:
-    """The flow run's results: stage timeline and the metrics JSON files, as markdown."""
+def results_markdown(
+    root: Path, plan: list[StagePlan], records: list[dict[str, Any]], run_link: str | None
+) -> str:
+    """The flow run's results: stage timeline and the stages' metrics JSON files, as markdown."""
     head = f"MLflow parent run: [{run_link}]({run_link})" if run_link else "MLflow: disabled"
     lines = [f"# gpt1 pipeline: {flow_run.get_name() or 'local run'}", "", head, "",
              "| stage | status | started (UTC) | seconds |", "|---|---|---|---|"]
@@ -161,9 +163,11 @@ def results_markdown(params: Params, records: list[dict[str, Any]], run_link: st
         secs = f"{r['finished'] - r['started']:.1f}" if "finished" in r else ""
         lines.append(f"| {r['stage']} | {r['status']} | {when} | {secs} |")
     lines += ["", "| metrics file | metric | value |", "|---|---|---|"]
-    for path in sorted(Path(params.paths.metrics).glob("*.json")):
-        for key, value in _headline(json.loads(path.read_text(encoding="utf-8"))):
-            lines.append(f"| {path.name} | {key} | {value} |")
+    for rel in sorted({m for s in plan for m in s.metrics}):
+        path = root / rel
+        metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if isinstance(metrics, dict):  # plots files (lists of points) are not results
+            lines += [f"| {rel} | {key} | {value} |" for key, value in _headline(metrics)]
     return "\n".join(lines) + "\n"
 
 
@@ -194,7 +198,7 @@ def gpt1_pipeline(
     with tracking.pipeline_run(name, params, tags) as parent:
         records = _run_graph(plan, params, root, env, parent)
         link = tracking.run_url(params, parent) if parent else None
-        table = results_markdown(params, records, link)
+        table = results_markdown(root, plan, records, link)
         create_markdown_artifact(table, key="gpt1-results", description="gpt1 pipeline results")
         tracking.log_text(table, "pipeline_run.md")
         failed = [r["stage"] for r in records if r["status"] not in ("ran", "unchanged")]

@@ -103,3 +103,27 @@ def test_broken_dvc_yaml_is_one_line_error(toy_repo: Path) -> None:
     (toy_repo / "dvc.yaml").write_text("stages:\n  x: [\n")
     with pytest.raises(Gpt1Error, match="dvc.yaml: cannot read the DVC pipeline"):
         read_plan(toy_repo)
+
+
+def test_results_table_reads_the_plans_metrics_files(tmp_path: Path) -> None:
+    from pipelines.dag import StagePlan
+    from pipelines.gpt1_flow import results_markdown
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m/finetune_rte.json").write_text(
+        '{"task": "rte", "scores": {"acc": {"mean": 0.5625, "sd": 0.01, "per_seed": [0.5625]}}}')
+    (tmp_path / "m/pretrain.json").write_text('{"val": {"ppl": 112.03}, "done": true}')
+    (tmp_path / "m/pretrain_val.json").write_text('[{"step": 1, "val_ppl": 3.0}]')  # a plot
+    (tmp_path / "m/stale.json").write_text('{"x": 1}')  # no stage of the plan writes it
+    plan = [StagePlan("pretrain", (), ("m/pretrain.json", "m/pretrain_val.json")),
+            StagePlan("finetune@rte", ("pretrain",), ("m/finetune_rte.json",)),
+            StagePlan("finetune@sst2", ("pretrain",), ("m/finetune_sst2.json",))]  # failed
+    records = [{"stage": "pretrain", "status": "ran", "started": 0.0, "finished": 61.25},
+               {"stage": "finetune@sst2", "status": "failed", "error": "boom"}]
+    table = results_markdown(tmp_path, plan, records, "http://127.0.0.1:5000/#/x")
+    assert "| pretrain | ran | 00:00:00 | 61.2 |" in table
+    assert "| finetune@sst2 | failed |  |  |" in table
+    assert "| m/finetune_rte.json | acc | 56.2 ± 1.0 |" in table
+    assert "| m/pretrain.json | val.ppl | 112.03 |" in table
+    assert "done" not in table and "stale" not in table and "val_ppl" not in table
+    assert "[http://127.0.0.1:5000/#/x](http://127.0.0.1:5000/#/x)" in table
