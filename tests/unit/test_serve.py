@@ -1,0 +1,56 @@
+"""gpt1 serve --stop: signals only the processes it recorded, twice for a Prefect-like worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from gpt1 import atomic, serve
+
+# Like a Prefect worker: ignores the first SIGTERM, stops on the SIGINT that follows.
+STUBBORN = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+    "print('ready', flush=True)\n"
+    "try:\n"
+    "    time.sleep(60)\n"
+    "except KeyboardInterrupt:\n"
+    "    print('interrupted', flush=True)\n"
+)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_stop_stops_recorded_services_and_spares_recycled_pids(tmp_path: Path) -> None:
+    worker = serve._spawn("worker", [sys.executable, "-c", STUBBORN], dict(os.environ),
+                          tmp_path, tmp_path)
+    log = Path(worker["log"])
+    deadline = time.monotonic() + 30
+    while "ready" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        recycled = {"pid": bystander.pid, "started": 0.0, "cmd": ["mlflow"], "log": str(log)}
+        state = tmp_path / serve.STATE_FILE
+        atomic.write_json(state, {"services": {"worker": worker, "mlflow-ui": recycled}})
+        assert serve._alive(worker) and not serve._alive(recycled)
+
+        assert serve.stop(state, timeout=20) == ["worker"]
+        assert _gone(worker["pid"])
+        assert "interrupted" in log.read_text(), "the worker needed SIGKILL, not a 2nd signal"
+        assert bystander.poll() is None, "a PID not started by serve was signalled"
+        assert not state.exists()
+        assert serve.stop(state, timeout=20) == []  # nothing recorded: nothing to do
+    finally:
+        bystander.kill()
+        bystander.wait()
