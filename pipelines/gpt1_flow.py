@@ -3,8 +3,10 @@
 The stage graph is read from DVC (pipelines.dag), so dvc.lock stays the record and DVC decides
 what is stale: a re-run skips finished stages, and a stage that checkpoints resumes. Stages with
 no path between them run at once up to params.orchestrate.max_parallel_stages; only
-params.orchestrate.io_stages are retried. One MLflow parent run per flow run; each stage's own
-run nests under it through $GPT1_PARENT_RUN_ID. No ML logic here: stages live in gpt1.stages.
+params.orchestrate.io_stages are retried. One MLflow parent run per flow run and one nested run
+per stage, which the stage process logs into through $GPT1_RUN_ID. Each stage pulls its inputs
+from and pushes its outputs to params.orchestrate.dvc_remote. No ML logic here: the stages live
+in gpt1.stages and run through `python -m gpt1 <stage>` as dvc.yaml says.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ from pipelines.dag import StagePlan, read_plan, select
 # Threads available to stage tasks; the real cap is params.orchestrate.max_parallel_stages,
 # enforced by `_run_graph` (a deployment cannot size its task runner from params).
 _TASK_THREADS = 16
-_TAIL_LINES = 20
 
 
 def dvc_command() -> str:
@@ -66,6 +67,7 @@ def stage_env(params: Params) -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["MLFLOW_TRACKING_URI"] = tracking.tracking_uri(params)
     env.pop(tracking.PARENT_ENV, None)
+    env.pop(tracking.STAGE_RUN_ENV, None)
     env.setdefault("TQDM_MININTERVAL", "10")  # progress lines become log lines: not too many
     return env
 
