@@ -209,5 +209,6 @@ def gpt1_pipeline(
     return records
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m pipelines.gpt1_flow [params file]`: no server needed
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # ENV.md
     gpt1_pipeline(params_path=sys.argv[1] if len(sys.argv) > 1 else "params.yaml")
