@@ -252,7 +252,7 @@ def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tenso
     `_ChunkedCrossEntropy`.
     """
     flat = logits.reshape(-1, logits.size(-1))  # (B*T, V)
-    rows = max(1, (1 << 20) // logits.size(-1))  # ~4 MB of fp32 per chunk
+    rows = max(1, (1 << 18) // logits.size(-1))  # ~1 MB of fp32 per chunk: stays in L2
     loss: torch.Tensor = _ChunkedCrossEntropy.apply(flat, targets.reshape(-1), rows)
     return loss
 

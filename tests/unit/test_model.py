@@ -136,7 +136,7 @@ def test_fast_dropout_rate_is_uniform_and_unbiased(p):
 
 
 def test_chunked_cross_entropy_matches_torch():
-    logits = (3 * torch.randn(37, 40_000)).requires_grad_()  # 2 row chunks
+    logits = (3 * torch.randn(37, 40_000)).requires_grad_()  # several row chunks
     targets = torch.randint(0, 40_000, (37,))
     ours = lm_cross_entropy(logits, targets)
     (g_ours,) = torch.autograd.grad(ours, logits)
