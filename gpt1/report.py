@@ -345,24 +345,70 @@ def describe_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]])
     return " ".join(parts) if parts else "No layer-transfer results at this preset."
 
 
-def describe_right(right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
-    """Trend (Spearman rho of the task-mean against log step) and roughness per model."""
+def compare_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
+    """Do our curves go the paper's way (more transferred blocks, higher dev accuracy)?"""
+    agree: list[str] = []
+    disagree: list[str] = []
+    for task, curves in left.items():
+        pts = curves.get("dev", [])
+        if len(pts) >= 2:
+            (agree if pts[-1][1] > pts[0][1] else disagree).append(task.upper())
+    if not agree and not disagree:
+        return "No comparison with the paper possible."
+    parts = []
+    if agree:
+        parts.append(f"as in the paper, transfer helps on {', '.join(agree)}")
+    if disagree:
+        parts.append(f"unlike the paper, it does not help on {', '.join(disagree)}")
+    return "Compared with the paper: " + "; ".join(parts) + "."
+
+
+def compare_right(right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
+    """Does the Transformer rise with updates (rho > 0) and is the LSTM the rougher curve?"""
+    stats_ = {m: t for m, per_task in right.items() if (t := _trend(per_task)) is not None}
+    if "transformer" not in stats_:
+        return "No comparison with the paper possible."
+    rho, rough = stats_["transformer"]
+    parts = [("as in the paper, the Transformer's zero-shot score rises with pre-training"
+              if rho > 0 else "unlike the paper, the Transformer's zero-shot score does not "
+              "rise with pre-training")]
+    if "lstm" in stats_:
+        lstm_rough = stats_["lstm"][1]
+        parts.append("the LSTM's curve is the more variable one, as in the paper"
+                     if lstm_rough > rough else
+                     "the LSTM's curve is not more variable than the Transformer's")
+    return "Compared with the paper: " + "; ".join(parts) + "."
+
+
+def _trend(per_task: Mapping[str, Sequence[tuple[int, float]]]) -> tuple[float, float] | None:
+    """(Spearman rho of the task-mean against the step, sd of its step-to-step change)."""
     from scipy import stats
 
+    steps = sorted({s for pts in per_task.values() for s, _ in pts})
+    if len(steps) < 2:
+        return None
+    mean = [float(np.mean([v for pts in per_task.values() for s, v in pts if s == st]))
+            for st in steps]
+    rho = float(stats.spearmanr(steps, mean)[0]) if np.ptp(mean) > 0 else 0.0
+    return rho, float(np.std(np.diff(mean)))
+
+
+def describe_right(right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
+    """Trend (Spearman rho of the task-mean against the step) and roughness per model."""
     parts = []
     for model, per_task in right.items():
-        steps = sorted({s for pts in per_task.values() for s, _ in pts})
-        if len(steps) < 2:
-            parts.append(f"{MODEL_LABELS.get(model, model)}: fewer than two checkpoints.")
+        name = MODEL_LABELS.get(model, model)
+        trend = _trend(per_task)
+        if trend is None:
+            parts.append(f"{name}: fewer than two checkpoints.")
             continue
+        steps = sorted({s for pts in per_task.values() for s, _ in pts})
         mean = [float(np.mean([v for pts in per_task.values() for s, v in pts if s == st]))
-                for st in steps]
-        rho = float(stats.spearmanr(steps, mean)[0]) if np.ptp(mean) > 0 else 0.0
-        rough = float(np.std(np.diff(mean)))
+                for st in (steps[0], steps[-1])]
         parts.append(
-            f"{MODEL_LABELS.get(model, model)}: mean normalised score {mean[0]:.2f} at step "
-            f"{steps[0]} -> {mean[-1]:.2f} at step {steps[-1]} (Spearman rho with updates "
-            f"{rho:+.2f}; sd of step-to-step change {rough:.2f}).")
+            f"{name}: mean normalised score {mean[0]:.2f} at step {steps[0]} -> {mean[1]:.2f} "
+            f"at step {steps[-1]} (Spearman rho with updates {trend[0]:+.2f}; sd of "
+            f"step-to-step change {trend[1]:.2f}).")
     return " ".join(parts) if parts else "No zero-shot results at this preset."
 
 
@@ -464,10 +510,11 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
             f"Left, layers transferred ({', '.join(params.layers.tasks)}; k in "
             f"{list(params.layers.layers_transferred)}; solid = dev, dashed = train "
-            "accuracy). " + describe_left(left) + f" Paper: {cfg.paper_figure2['left']}.", "",
+            "accuracy). " + describe_left(left) + f" Paper: {cfg.paper_figure2['left']}. "
+            + compare_left(left), "",
             "Right, zero-shot (0 = random guess, 1 = state of the art; Transformer solid, "
             "LSTM dashed). " + describe_right(right)
-            + f" Paper: {cfg.paper_figure2['right']}.", ""]
+            + f" Paper: {cfg.paper_figure2['right']}. " + compare_right(right), ""]
     ztable = _zeroshot_table(metrics)
     if ztable:
         out += ["Zero-shot raw scores (x 100; accuracy, CoLA MCC) per checkpoint:", "",
