@@ -499,7 +499,8 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
         "Δ = ours - paper. `*` = some of the column's scores are missing (footnotes).", "",
     ]
     if stale:
-        out += [f"Metrics written under another config hash (stale): {', '.join(stale)}.", ""]
+        out += [f"Metrics written under another config hash (params changed since they ran; "
+                f"`dvc status` tells whether their own inputs did): {', '.join(stale)}.", ""]
     for name in cfg.paper:
         out += [render_table(name, params, full), ""]
     glue_def = "; ".join(f"{t}: {'/'.join(s)}" for t, s in cfg.glue.items())
