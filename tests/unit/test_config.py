@@ -1,4 +1,4 @@
-"""Strict params loading: unknown / missing keys and bad values fail with one line naming the key."""
+"""Strict params loading: unknown / missing keys and bad values fail in one line naming the key."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def test_presets_load() -> None:
 def test_unknown_key_named_with_suggestion() -> None:
     raw = _raw()
     raw["bpe"]["n_mergez"] = raw["bpe"].pop("n_merges")
-    with pytest.raises(ParamsError, match=r"bpe\.n_mergez: unknown key \(did you mean 'n_merges'\?\)"):
+    expected = r"bpe\.n_mergez: unknown key \(did you mean 'n_merges'\?\)"
+    with pytest.raises(ParamsError, match=expected):
         parse_params(raw, "p.yaml")
 
 
