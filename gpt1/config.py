@@ -205,7 +205,7 @@ class PretrainCfg(Section):
     """Decoupled weight decay on tensors of rank > 1 only."""
     grad_clip: PosFloat
     precision: Literal["auto", "fp32", "bf16"]
-    """auto = bf16 autocast on CUDA or on a CPU with AMX, else fp32."""
+    """auto = bf16 autocast on CUDA or on a CPU with native bf16 (AMX / AVX512-BF16), else fp32."""
     compile: bool
     eval_interval_steps: PosInt
     eval_batches: PosInt

@@ -12,6 +12,7 @@ from gpt1.optim import build_optimizer
 from gpt1.train import (
     CausalLM,
     NonFiniteLossError,
+    has_fast_bf16,
     pretrain,
     resolve_precision,
     train_step,
@@ -142,6 +143,16 @@ def test_changed_params_start_fresh(make_params, tmp_path):
     _run(other, tmp_path / "run")
     meta = checkpoint.read_model_meta(tmp_path / "run")
     assert meta["params"]["pretrain"]["lr_max"] == 5e-4
+
+
+def test_fast_bf16_cpu_flags(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    info = tmp_path / "cpuinfo"
+    for flags, fast in (("fpu avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True),
+                        ("fpu avx2 avx512f", False)):
+        info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert has_fast_bf16(str(info)) is fast
+    assert has_fast_bf16(str(tmp_path / "missing")) is False
 
 
 def test_resolve_precision():
