@@ -77,3 +77,8 @@ class TaskModel(nn.Module):
         """(..., C) -> (..., V) through the body's (tied) LM output layer."""
         lm = cast(Callable[[torch.Tensor], torch.Tensor], self.body.lm_logits)
         return lm(h)
+
+    def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(N, C) hidden states, (N,) next tokens -> (N,) fp32 cross-entropies (fused head)."""
+        losses = cast(Callable[[torch.Tensor, torch.Tensor], torch.Tensor], self.body.lm_losses)
+        return losses(h, targets)

@@ -60,6 +60,10 @@ class LSTMLM(nn.Module):
         """(B, T, C) -> (B, T, V) through the tied output layer."""
         return self.tokens_embed.logits(h)
 
+    def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(..., C) hidden states, (...) next tokens -> (N,) fp32 per-token cross-entropies."""
+        return self.tokens_embed.row_losses(h.reshape(-1, h.size(-1)), targets.reshape(-1))
+
 
 def lstm_flops_per_token(cfg: LstmCfg, vocab_size: int) -> float:
     """Training FLOPs per token (3 x forward): LSTM gates, projection and tied output layer."""

@@ -9,6 +9,7 @@ rename-free transpose (gpt1/export.py).
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -66,6 +67,14 @@ class TiedEmbedding(nn.Module):
         self.mode = mode
         self.drop = Dropout(pdrop)
         self._head_weight: torch.Tensor | None = None
+        self._logits_pool = LogitsPool()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TiedEmbedding:
+        clone = TiedEmbedding(self.weight.size(0), self.weight.size(1), self.drop.p, self.mode)
+        clone.load_state_dict(self.state_dict())
+        clone.weight.requires_grad_(self.weight.requires_grad)
+        clone.train(self.training)
+        return clone
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, T, C); in matrix mode also fixes We for the next `logits`."""
@@ -81,6 +90,18 @@ class TiedEmbedding(nn.Module):
         """(B, T, C) hidden states -> (B, T, V) logits: softmax(h We^T) (PAPER.md 1)."""
         weight = self._head_weight if self._head_weight is not None else self.weight
         return F.linear(h, weight)
+
+    def row_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(N, C) hidden states, (N,) next tokens -> (N,) fp32 cross-entropies of softmax(h We^T).
+
+        The output layer and the loss are one fused step (`head_cross_entropy`), run in the
+        autocast dtype when autocast is on, like F.linear would be.
+        """
+        weight = self._head_weight if self._head_weight is not None else self.weight
+        if torch.is_autocast_enabled(h.device.type):
+            dtype = torch.get_autocast_dtype(h.device.type)
+            h, weight = h.to(dtype), weight.to(dtype)
+        return head_cross_entropy(h, weight.to(h.dtype), targets, self._logits_pool)
 
 
 class Attention(nn.Module):
@@ -212,49 +233,112 @@ class GPT(nn.Module):
         """(B, T, C) -> (B, T, V) next-token logits through the tied output layer."""
         return self.tokens_embed.logits(h)
 
+    def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(..., C) hidden states, (...) next tokens -> (N,) fp32 per-token cross-entropies."""
+        return self.tokens_embed.row_losses(h.reshape(-1, h.size(-1)), targets.reshape(-1))
 
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean next-token cross-entropy over (N, V) logits without an fp32 copy of the logits.
 
-    F.cross_entropy under autocast upcasts the whole (N, V) logits to fp32 and materialises the
-    log-softmax and its gradient: a sixth of a bench step, all memory traffic. Here each chunk of
-    rows is upcast in cache, only the log-sum-exp (N floats) is kept for backward, and the
-    gradient softmax - onehot is written straight in the logits' dtype.
+class LogitsPool:
+    """One (N, V) logits buffer kept across training steps by the fused output layer.
+
+    A fresh 67 MB logits tensor per step (bench config) is fresh pages, and faulting them in
+    made the output-layer GEMM 1.7x slower than the same GEMM into warm memory. The buffer is
+    lent to one pending backward at a time; a second forward before that backward (or after a
+    graph that was never backpropagated) gets a fresh tensor instead.
+    """
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+        self._holder: Any = None  # weakref to the autograd ctx that holds the buffer
+
+    def take(self, ctx: Any, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
+        if self._holder is not None and self._holder() is not None:
+            return torch.empty(rows, cols, dtype=like.dtype, device=like.device)
+        buf = self._buffer
+        if buf is None or buf.numel() < rows * cols or buf.dtype != like.dtype or (
+            buf.device != like.device
+        ):
+            buf = self._buffer = torch.empty(rows * cols, dtype=like.dtype, device=like.device)
+        self._holder = weakref.ref(ctx)
+        return buf[: rows * cols].view(rows, cols)
+
+    def release(self) -> None:
+        self._holder = None
+
+
+class _HeadCrossEntropy(torch.autograd.Function):
+    """Per-row cross-entropy of softmax(h W^T): output-layer GEMM and loss fused.
+
+    F.linear + F.cross_entropy under autocast upcast the whole (N, V) logits to fp32 and
+    materialise the log-softmax and its gradient, all memory traffic. Here the logits are
+    written into a reused buffer, each cache-sized chunk of rows is upcast to fp32,
+    exponentiated once and overwritten in place by its softmax; backward scales that softmax
+    in place into dL/dlogits and runs the two GEMMs. The target entries of the gradient,
+    p_t - 1, come from fp32 p_t saved separately, so a bf16 softmax near 1 loses nothing there.
     """
 
     @staticmethod
-    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
-        lse = torch.empty(logits.size(0), dtype=torch.float32, device=logits.device)
-        for start in range(0, logits.size(0), rows):
-            lse[start : start + rows] = torch.logsumexp(logits[start : start + rows].float(), -1)
+    def forward(  # type: ignore[override]
+        ctx: Any, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int,
+        pool: LogitsPool | None,
+    ) -> torch.Tensor:
+        n, vocab = h.size(0), weight.size(0)
+        training = any(ctx.needs_input_grad[:2])  # (apply() runs forward with grad mode off)
+        logits = (
+            pool.take(ctx, n, vocab, h) if pool is not None and training
+            else torch.empty(n, vocab, dtype=h.dtype, device=h.device)
+        )
+        torch.mm(h, weight.t(), out=logits)
         target_logit = logits.gather(1, targets.unsqueeze(1)).squeeze(1).float()
-        ctx.save_for_backward(logits, targets, lse)
-        ctx.rows = rows
-        return (lse - target_logit).mean()
+        lse = torch.empty(n, dtype=torch.float32, device=h.device)
+        for start in range(0, n, rows):
+            x = logits[start : start + rows].to(torch.float32, copy=True)  # (r, V): fits in L2
+            peak = x.amax(-1, keepdim=True)
+            total = x.sub_(peak).exp_().sum(-1, keepdim=True)
+            lse[start : start + rows] = (peak + total.log()).squeeze(1)
+            if training:
+                logits[start : start + rows] = x.div_(total)  # softmax rows, in place
+        losses = lse - target_logit  # (N,)
+        if training:
+            ctx.save_for_backward(h, weight, targets, torch.exp(-losses))  # p_t in fp32
+            ctx.probs, ctx.pool, ctx.rows = logits, pool, rows
+        return losses
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        logits, targets, lse = ctx.saved_tensors
-        scale = grad_out.float() / logits.size(0)
-        grad = torch.empty_like(logits)
-        for start in range(0, logits.size(0), ctx.rows):
-            end = min(start + ctx.rows, logits.size(0))
-            probs = torch.exp(logits[start:end].float() - lse[start:end, None])  # softmax rows
-            probs[torch.arange(end - start, device=logits.device), targets[start:end]] -= 1.0
-            grad[start:end] = probs * scale
-        return grad, None, None
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_rows: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
+        if ctx.probs is None:  # the softmax buffer became the gradient, in place
+            raise RuntimeError("head cross-entropy: backward through the same graph twice")
+        h, weight, targets, p_target = ctx.saved_tensors
+        grad, ctx.probs = ctx.probs, None
+        g = grad_rows.float()
+        if bool((g == g[0]).all()):  # a mean loss: one scalar (a mixed-dtype mul_ is 5x slower)
+            grad.mul_(float(g[0]))
+        else:
+            for start in range(0, grad.size(0), ctx.rows):
+                chunk = grad[start : start + ctx.rows]
+                chunk.copy_(chunk.float().mul_(g[start : start + ctx.rows, None]))
+        rows = torch.arange(grad.size(0), device=grad.device)
+        grad[rows, targets] = ((p_target - 1.0) * g).to(grad.dtype)  # d/dz_t = p_t - 1
+        grad_h = grad @ weight if ctx.needs_input_grad[0] else None  # (N, C)
+        grad_w = grad.t() @ h if ctx.needs_input_grad[1] else None  # (V, C)
+        if ctx.pool is not None:
+            ctx.pool.release()
+        return grad_h, grad_w, None, None, None
 
 
-def lm_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of (..., V) logits against (...) targets (PAPER.md 1: L1 / tokens).
+def head_cross_entropy(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, pool: LogitsPool | None = None
+) -> torch.Tensor:
+    """(N, C) hidden, (V, C) output weights, (N,) targets -> (N,) fp32 losses.
 
-    Equals F.cross_entropy (fp32 accumulation) with a smaller memory footprint; see
-    `_ChunkedCrossEntropy`.
+    Equals F.cross_entropy(h @ weight.T, targets, reduction="none") with fp32 softmax math;
+    see `_HeadCrossEntropy`.
     """
-    flat = logits.reshape(-1, logits.size(-1))  # (B*T, V)
-    rows = max(1, (1 << 18) // logits.size(-1))  # ~1 MB of fp32 per chunk: stays in L2
-    loss: torch.Tensor = _ChunkedCrossEntropy.apply(flat, targets.reshape(-1), rows)
-    return loss
+    rows = max(1, (1 << 18) // weight.size(0))  # ~1 MB of fp32 per chunk: stays in L2
+    out: torch.Tensor = _HeadCrossEntropy.apply(h, weight, targets.reshape(-1), rows, pool)
+    return out
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -34,7 +34,7 @@ from gpt1.config import Params
 from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
 from gpt1.lstm import LSTMLM
-from gpt1.model import GPT, lm_cross_entropy
+from gpt1.model import GPT
 from gpt1.optim import build_optimizer, lr_at
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class CausalLM(nn.Module):
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
         h = self.lm(windows[:, :-1])  # (B, T, C)
-        return lm_cross_entropy(self.lm.lm_logits(h), windows[:, 1:])
+        return self.lm.lm_losses(h, windows[:, 1:]).mean()  # fused output layer + loss
 
 
 def _seeded_loss(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:

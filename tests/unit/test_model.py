@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from gpt1.config import ModelCfg
-from gpt1.model import GPT, count_parameters, dropout, lm_cross_entropy, transfer_weights
+from gpt1.lstm import LSTMLM
+from gpt1.model import (
+    GPT,
+    LogitsPool,
+    count_parameters,
+    dropout,
+    head_cross_entropy,
+    transfer_weights,
+)
 
 
 def _cfg(tiny_params, **over) -> ModelCfg:
@@ -135,12 +143,89 @@ def test_fast_dropout_rate_is_uniform_and_unbiased(p):
     assert torch.equal(dropout(x, p, training=False), x)
 
 
-def test_chunked_cross_entropy_matches_torch():
-    logits = (3 * torch.randn(37, 40_000)).requires_grad_()  # several row chunks
-    targets = torch.randint(0, 40_000, (37,))
-    ours = lm_cross_entropy(logits, targets)
-    (g_ours,) = torch.autograd.grad(ours, logits)
-    ref = torch.nn.functional.cross_entropy(logits, targets)
-    (g_ref,) = torch.autograd.grad(ref, logits)
-    torch.testing.assert_close(ours, ref)
-    torch.testing.assert_close(g_ours, g_ref)
+def _head_case(dtype, n=37, vocab=5_000, width=24):
+    torch.manual_seed(0)
+    h = torch.randn(n, width)
+    weight = torch.randn(vocab, width) / 2
+    targets = torch.randint(0, vocab, (n,))
+    h[0] = 0.0
+    h[0, 0] = 40.0  # row 0: softmax ~1 at its target, so p_t - 1 must stay exact
+    weight[targets[0]] = 0.0
+    weight[targets[0], 0] = 1.0
+    return h.to(dtype), weight.to(dtype), targets
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_head_cross_entropy_matches_linear_plus_torch(dtype, weighted):
+    """Fused output layer + loss = F.linear + F.cross_entropy: losses and both gradients, for a
+    mean loss (pre-training) and unequal row weights (fine-tuning LM loss), fp32 and bf16, over
+    two steps sharing the pooled logits buffer."""
+    h0, w0, targets = _head_case(dtype)
+    row_weights = torch.rand(len(targets)) if weighted else torch.full((len(targets),), 0.1)
+    pool = LogitsPool()
+    for _ in range(2):
+        h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+        ours = head_cross_entropy(h, w, targets, pool)
+        g_h, g_w = torch.autograd.grad((ours * row_weights).sum(), (h, w))
+        h_ref, w_ref = h0.float().requires_grad_(), w0.float().requires_grad_()
+        logits = (h_ref @ w_ref.T).to(dtype).float()  # the same rounded logits
+        ref = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
+        r_h, r_w = torch.autograd.grad((ref * row_weights).sum(), (h_ref, w_ref))
+        assert ours.dtype == torch.float32
+        torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-5)
+        bf16 = dtype == torch.bfloat16
+        tol = {"atol": 0.05, "rtol": 0.02} if bf16 else {"atol": 1e-5, "rtol": 1e-4}
+        torch.testing.assert_close(g_h.float(), r_h, **tol)
+        torch.testing.assert_close(g_w.float(), r_w, **tol)
+        assert g_h.dtype == dtype and g_w.dtype == dtype
+
+
+def test_head_cross_entropy_pool_lends_one_buffer_at_a_time():
+    h0, w0, targets = _head_case(torch.float32)
+    pool = LogitsPool()
+    h1, h2 = h0.clone().requires_grad_(), (2 * h0).requires_grad_()
+    loss1 = head_cross_entropy(h1, w0, targets, pool).mean()
+    loss2 = head_cross_entropy(h2, w0, targets, pool).mean()  # before loss1's backward
+    (g1,) = torch.autograd.grad(loss1, h1, retain_graph=True)
+    (g2,) = torch.autograd.grad(loss2, h2)
+    for h, g in ((h0, g1), (2 * h0, g2)):
+        ref_h = h.clone().requires_grad_()
+        ref = torch.nn.functional.cross_entropy(ref_h @ w0.T, targets)
+        torch.testing.assert_close(g, torch.autograd.grad(ref, ref_h)[0])
+    with pytest.raises(RuntimeError, match="twice"):
+        torch.autograd.grad(loss1, h1)
+    with torch.no_grad():  # evaluation: no buffer kept, same values
+        torch.testing.assert_close(head_cross_entropy(h0, w0, targets, pool).mean(), loss1)
+
+
+@pytest.mark.parametrize("body", ["gpt", "lstm"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_lm_losses_equal_lm_logits_then_cross_entropy(tiny_params, body, precision):
+    """The fused path the trainers use equals lm_logits + F.cross_entropy, in train mode with
+    the matrix embedding dropout (same mask seed) and under bf16 autocast, gradients too."""
+    def build():
+        torch.manual_seed(0)
+        if body == "gpt":
+            return GPT(_cfg(tiny_params, embd_dropout="matrix"), vocab_size=50).train()
+        return LSTMLM(tiny_params.lstm, vocab_size=50).train()
+
+    idx = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
+    results = []
+    for fused in (True, False):
+        model = build()
+        torch.manual_seed(2)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            h = model(idx[:, :-1])
+            if fused:
+                loss = model.lm_losses(h, idx[:, 1:]).mean()
+            else:
+                logits = model.lm_logits(h).float()
+                targets = idx[:, 1:].reshape(-1)
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), targets)
+        loss.backward()
+        results.append((loss.detach(), model.tokens_embed.weight.grad.clone()))
+    (fused_loss, fused_grad), (ref_loss, ref_grad) = results
+    tol = {"atol": 1e-5, "rtol": 1e-5} if precision == "fp32" else {"atol": 2e-3, "rtol": 2e-2}
+    torch.testing.assert_close(fused_loss, ref_loss, **tol)
+    torch.testing.assert_close(fused_grad, ref_grad, **tol)
