@@ -53,6 +53,37 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+class _TiedLookup(torch.autograd.Function):
+    """The two uses of the tied We under autocast as one node: the fp32 lookup and the
+    low-precision copy for the output layer.
+
+    Separately, backward builds a zero-filled fp32 (V, C) gradient for the lookup, an fp32
+    upcast of the output layer's (V, C) gradient, and their sum: three passes over fresh
+    memory. Here the lookup gradient is added in place into the upcast output-layer gradient.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, weight: torch.Tensor, idx: torch.Tensor, head_dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx.save_for_backward(idx)
+        ctx.weight_shape, ctx.weight_dtype = weight.shape, weight.dtype
+        return F.embedding(idx, weight), weight.to(head_dtype)
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_x: torch.Tensor | None, grad_head: torch.Tensor | None
+    ) -> tuple[torch.Tensor, None, None]:
+        (idx,) = ctx.saved_tensors
+        if grad_head is None:  # the output layer was not used (e.g. no auxiliary LM loss)
+            grad = torch.zeros(ctx.weight_shape, dtype=ctx.weight_dtype, device=idx.device)
+        else:
+            grad = grad_head.to(ctx.weight_dtype)  # a fresh tensor: the dtypes differ
+        if grad_x is not None:
+            grad.index_add_(0, idx.reshape(-1), grad_x.reshape(-1, grad.size(1)).to(grad.dtype))
+        return grad, None, None
+
+
 class TiedEmbedding(nn.Module):
     """Token embedding We shared by the input lookup and the output layer (PAPER.md 1).
 
@@ -69,21 +100,20 @@ class TiedEmbedding(nn.Module):
         self._head_weight: torch.Tensor | None = None
         self._logits_pool = LogitsPool()
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> TiedEmbedding:
-        clone = TiedEmbedding(self.weight.size(0), self.weight.size(1), self.drop.p, self.mode)
-        clone.load_state_dict(self.state_dict())
-        clone.weight.requires_grad_(self.weight.requires_grad)
-        clone.train(self.training)
-        return clone
-
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """(B, T) token ids -> (B, T, C); in matrix mode also fixes We for the next `logits`."""
+        """(B, T) token ids -> (B, T, C); also fixes We for the next `logits` / `row_losses`."""
         weight = self.weight
+        self._head_weight = None
         if self.mode == "matrix" and self.training:
             weight = self.drop(weight)  # PAPER.md 5: one mask on We per forward pass
             self._head_weight = weight
-        else:
-            self._head_weight = None
+        device = idx.device.type
+        if (
+            torch.is_grad_enabled() and weight.requires_grad and torch.is_autocast_enabled(device)
+            and torch.get_autocast_dtype(device) != weight.dtype
+        ):
+            x, self._head_weight = _TiedLookup.apply(weight, idx, torch.get_autocast_dtype(device))
+            return x
         return F.embedding(idx, weight)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -144,8 +174,10 @@ class Attention(nn.Module):
             causal, q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2),
             alpha=1.0 / math.sqrt(hs),
         ).view(B, nh, T, T)  # (B*nh, T, T) -> (B, nh, T, T)
-        att = dropout(torch.softmax(att, dim=-1), self.attn_pdrop, training=True)
-        return att.to(v.dtype) @ v  # (B, nh, T, hs)
+        # softmax in fp32 (autocast), then the dropout mask and its backward run in the matmul
+        # dtype: half the memory traffic of dropping fp32 probabilities under bf16 autocast
+        att = torch.softmax(att, dim=-1).to(v.dtype)
+        return dropout(att, self.attn_pdrop, training=True) @ v  # (B, nh, T, hs)
 
 
 class MLP(nn.Module):
@@ -250,6 +282,9 @@ class LogitsPool:
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
         self._holder: Any = None  # weakref to the autograd ctx that holds the buffer
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LogitsPool:
+        return LogitsPool()  # a copied model gets its own (empty) buffer
 
     def take(self, ctx: Any, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
         if self._holder is not None and self._holder() is not None:

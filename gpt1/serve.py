@@ -83,12 +83,19 @@ def _read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default action. A shell starts background
+    jobs with SIGINT ignored and exec keeps that, so a service started from `cmd &` would
+    ignore the SIGINT that `stop` sends a Prefect worker after its SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _spawn(name: str, cmd: list[str], env: dict[str, str], home: Path, cwd: Path) -> dict:
     logfile = home / f"gpt1-serve-{name}.log"
     with open(logfile, "ab") as out:
         proc = subprocess.Popen(
             cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_default_sigint,
         )
     log.info("started %s (pid %d), log %s", name, proc.pid, logfile)
     started = psutil.Process(proc.pid).create_time()

@@ -229,3 +229,31 @@ def test_lm_losses_equal_lm_logits_then_cross_entropy(tiny_params, body, precisi
     tol = {"atol": 1e-5, "rtol": 1e-5} if precision == "fp32" else {"atol": 2e-3, "rtol": 2e-2}
     torch.testing.assert_close(fused_loss, ref_loss, **tol)
     torch.testing.assert_close(fused_grad, ref_grad, **tol)
+
+
+@pytest.mark.parametrize("use_head", [True, False])
+def test_tied_lookup_under_autocast_matches_separate_uses(use_head):
+    """Under bf16 autocast the lookup and the output layer share one node (_TiedLookup): same
+    values and the same We gradient as F.embedding + F.linear, also when the head is unused."""
+    from gpt1.model import TiedEmbedding
+
+    torch.manual_seed(0)
+    emb = TiedEmbedding(40, 8, 0.0, "activations")
+    torch.nn.init.normal_(emb.weight)
+    idx = torch.tensor([[1, 5, 5, 39], [0, 1, 2, 3]])
+    probe = torch.randn(2, 4, 8)
+    grads = []
+    for fused in (True, False):
+        emb.weight.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if fused:
+                x = emb.embed(idx)
+                logits = emb.logits(x + probe) if use_head else None
+            else:
+                x = torch.nn.functional.embedding(idx, emb.weight)
+                logits = torch.nn.functional.linear(x + probe, emb.weight) if use_head else None
+            loss = (x * probe).sum() + (logits.float().square().mean() if use_head else 0)
+        loss.backward()
+        grads.append(emb.weight.grad.clone())
+    assert x.dtype == torch.float32
+    torch.testing.assert_close(grads[0], grads[1])
