@@ -276,7 +276,7 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
     ax_r.grid(alpha=0.3)
     for ax in (ax_l, ax_r):
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="best", ncol=1 if ax is ax_l else 2)
+            ax.legend(fontsize=7, loc="best", ncol=1 if ax is ax_l else 2, handlelength=4)
         else:
             ax.text(0.5, 0.5, "no data at this preset", ha="center", transform=ax.transAxes)
     fig.tight_layout()
