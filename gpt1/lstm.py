@@ -62,7 +62,7 @@ class LSTMLM(nn.Module):
 
     def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """(..., C) hidden states, (...) next tokens -> (N,) fp32 per-token cross-entropies."""
-        return self.tokens_embed.row_losses(h.reshape(-1, h.size(-1)), targets.reshape(-1))
+        return self.tokens_embed.row_losses(h, targets)
 
 
 def lstm_flops_per_token(cfg: LstmCfg, vocab_size: int) -> float:

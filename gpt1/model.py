@@ -122,16 +122,17 @@ class TiedEmbedding(nn.Module):
         return F.linear(h, weight)
 
     def row_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """(N, C) hidden states, (N,) next tokens -> (N,) fp32 cross-entropies of softmax(h We^T).
+        """(..., C) hidden states, (...) next tokens -> (N,) fp32 cross-entropies of
+        softmax(h We^T), N = targets.numel().
 
         The output layer and the loss are one fused step (`head_cross_entropy`), run in the
         autocast dtype when autocast is on, like F.linear would be.
         """
         weight = self._head_weight if self._head_weight is not None else self.weight
-        if torch.is_autocast_enabled(h.device.type):
-            dtype = torch.get_autocast_dtype(h.device.type)
-            h, weight = h.to(dtype), weight.to(dtype)
-        return head_cross_entropy(h, weight.to(h.dtype), targets, self._logits_pool)
+        device = h.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        h = h.reshape(-1, h.size(-1)).to(dtype)
+        return head_cross_entropy(h, weight.to(dtype), targets, self._logits_pool)
 
 
 class Attention(nn.Module):
@@ -267,7 +268,7 @@ class GPT(nn.Module):
 
     def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """(..., C) hidden states, (...) next tokens -> (N,) fp32 per-token cross-entropies."""
-        return self.tokens_embed.row_losses(h.reshape(-1, h.size(-1)), targets.reshape(-1))
+        return self.tokens_embed.row_losses(h, targets)
 
 
 class LogitsPool:

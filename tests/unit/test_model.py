@@ -10,6 +10,7 @@ from gpt1.lstm import LSTMLM
 from gpt1.model import (
     GPT,
     LogitsPool,
+    TiedEmbedding,
     count_parameters,
     dropout,
     head_cross_entropy,
@@ -235,8 +236,6 @@ def test_lm_losses_equal_lm_logits_then_cross_entropy(tiny_params, body, precisi
 def test_tied_lookup_under_autocast_matches_separate_uses(use_head):
     """Under bf16 autocast the lookup and the output layer share one node (_TiedLookup): same
     values and the same We gradient as F.embedding + F.linear, also when the head is unused."""
-    from gpt1.model import TiedEmbedding
-
     torch.manual_seed(0)
     emb = TiedEmbedding(40, 8, 0.0, "activations")
     torch.nn.init.normal_(emb.weight)
