@@ -16,27 +16,35 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpt1 import cpu_kernels
 from gpt1.config import ModelCfg
 
 
-def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout with a mask drawn from 16-bit random integers.
+class _HashDropout(torch.autograd.Function):
+    """Dropout whose mask is a hash of (seed, element index): backward regenerates the mask
+    from the seed instead of keeping it (gpt1/cpu_kernels.py)."""
 
-    Same distribution as F.dropout up to the keep probability being quantised to 1/65536 (the
-    scale uses the exact quantised value, so E[out] = x), but about 4x faster on CPU, where
-    F.dropout's per-element Bernoulli sampling was a quarter of a training step (profiled with
-    benchmarks/train_throughput.py). Draws from torch's default generator, so manual_seed
-    reproduces it.
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, p: float) -> torch.Tensor:  # type: ignore[override]
+        ctx.seed, ctx.p = cpu_kernels.new_seed(), p
+        return cpu_kernels.dropout(x, ctx.seed, p)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return cpu_kernels.dropout(grad, ctx.seed, ctx.p), None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout, drop probability p (quantised to 2^-32, scale from the quantised
+    value so E[out] = x). The mask is a hash of a seed drawn from torch's default generator
+    (manual_seed reproduces it) and the element index: one fused pass on CPU where F.dropout's
+    per-element Bernoulli sampling was a quarter of a training step (profiled with
+    benchmarks/train_throughput.py), and no stored mask.
     """
     if not training or p == 0.0:
         return x
-    drop_units = round(p * 65536)
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64, device=x.device)
-    words.random_(-(2**63), 2**63 - 1)  # all 64 bits random (plain random_() leaves the top 0)
-    uniform16 = words.view(torch.int16)[: x.numel()].view(x.shape)  # uniform in [-32768, 32767]
-    scale = torch.tensor(65536 / (65536 - drop_units), dtype=x.dtype, device=x.device)
-    mask = torch.where(uniform16 >= drop_units - 32768, scale, torch.zeros_like(scale))
-    return x * mask  # the mask needs no grad: autograd keeps only the mask for backward
+    out: torch.Tensor = _HashDropout.apply(x, p)
+    return out
 
 
 class Dropout(nn.Module):
@@ -98,7 +106,7 @@ class TiedEmbedding(nn.Module):
         self.mode = mode
         self.drop = Dropout(pdrop)
         self._head_weight: torch.Tensor | None = None
-        self._logits_pool = LogitsPool()
+        self._logits_pool = ScratchPool()
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, T, C); also fixes We for the next `logits` / `row_losses`."""
@@ -145,6 +153,7 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.attn_pdrop = cfg.attn_pdrop
         self.resid_drop = Dropout(cfg.resid_pdrop)
+        self._pool = ScratchPool()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
@@ -163,22 +172,90 @@ class Attention(nn.Module):
     def _attend_with_dropout(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        """Explicit softmax + dropout on the attention probabilities (PAPER.md 1).
+        """Causal softmax attention with dropout on the probabilities (PAPER.md 1).
 
         On CPU, SDPA with dropout_p > 0 falls back to an unfused path about 3.5x slower than
-        this (attention forward + backward, bench config); the matmuls run in the autocast dtype.
+        this (attention forward + backward, bench config); the matmuls run in the autocast
+        dtype, the masking, softmax and dropout are one fused pass each way.
         """
         B, nh, T, hs = q.shape
-        # causal mask as an additive bias fused into the scaled q k^T GEMM (one pass fewer)
-        causal = torch.full((T, T), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
-        att = torch.baddbmm(
-            causal, q.reshape(B * nh, T, hs), k.reshape(B * nh, T, hs).transpose(1, 2),
-            alpha=1.0 / math.sqrt(hs),
-        ).view(B, nh, T, T)  # (B*nh, T, T) -> (B, nh, T, T)
-        # softmax in fp32 (autocast), then the dropout mask and its backward run in the matmul
-        # dtype: half the memory traffic of dropping fp32 probabilities under bf16 autocast
-        att = torch.softmax(att, dim=-1).to(v.dtype)
-        return dropout(att, self.attn_pdrop, training=True) @ v  # (B, nh, T, hs)
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled(q.device.type) \
+            else q.dtype
+        y: torch.Tensor = _CausalAttention.apply(
+            *(t.to(dtype).reshape(B * nh, T, hs) for t in (q, k, v)), self.attn_pdrop, self._pool
+        )
+        return y.view(B, nh, T, hs)
+
+
+class _CausalAttention(torch.autograd.Function):
+    """softmax(q k^T / sqrt(d) + causal mask) with dropout, times v, on (B*nh, T, hs) inputs.
+
+    Saves q, k, v, the probabilities and the dropped probabilities (in the module's
+    ScratchPool, with the scores / their gradient); the dropout mask is regenerated from its
+    seed in backward (gpt1/cpu_kernels.py).
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, pool: ScratchPool
+    ) -> torch.Tensor:
+        n, T, hs = q.shape
+        alpha = 1.0 / math.sqrt(hs)
+        seed = cpu_kernels.new_seed()
+        scores = torch.bmm(q, k.transpose(1, 2), out=pool.take(ctx, "scratch", (n, T, T),
+                                                               q.dtype, q.device))
+        probs, dropped = cpu_kernels.causal_attention_probs(
+            scores.view(n * T, T), alpha, seed, p,
+            out=(pool.take(ctx, "probs", (n * T, T), q.dtype, q.device),
+                 pool.take(ctx, "dropped", (n * T, T), q.dtype, q.device)),
+        )
+        probs, dropped = probs.view(n, T, T), dropped.view(n, T, T)
+        ctx.save_for_backward(q, k, v, probs, dropped)
+        ctx.alpha, ctx.seed, ctx.p, ctx.pool, ctx.used = alpha, seed, p, pool, False
+        return torch.bmm(dropped, v)
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+        if ctx.used:  # its pooled probabilities may have been reused since
+            raise RuntimeError("attention: backward through the same graph twice")
+        ctx.used = True
+        q, k, v, probs, dropped = ctx.saved_tensors
+        n, T, _ = q.shape
+        grad_y = grad_y.to(v.dtype)
+        grad_v = torch.bmm(dropped.transpose(1, 2), grad_y)
+        grad_dropped = torch.bmm(grad_y, v.transpose(1, 2), out=ctx.pool.take(
+            ctx, "scratch", (n, T, T), v.dtype, v.device))
+        grad_scores = cpu_kernels.causal_attention_probs_backward(
+            probs.view(n * T, T), grad_dropped.view(n * T, T), ctx.alpha, ctx.seed, ctx.p
+        ).view(n, T, T)  # includes the 1/sqrt(d) scale
+        grad_q = torch.bmm(grad_scores, k)
+        grad_k = torch.bmm(grad_scores.transpose(1, 2), q)
+        ctx.pool.release()
+        return grad_q, grad_k, grad_v, None, None
+
+
+class _Gelu(torch.autograd.Function):
+    """tanh-GELU as one fused pass each way (gpt1/cpu_kernels.py)."""
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(u)
+        return cpu_kernels.gelu(u)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (u,) = ctx.saved_tensors
+        return cpu_kernels.gelu_backward(u, grad)
+
+
+def gelu(u: torch.Tensor) -> torch.Tensor:
+    """tanh-approximated GELU (PAPER.md 5): 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))."""
+    if not cpu_kernels.usable(u):
+        return F.gelu(u, approximate="tanh")
+    out: torch.Tensor = _Gelu.apply(u)
+    return out
 
 
 class MLP(nn.Module):
@@ -189,9 +266,53 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, cfg.n_inner)
         self.c_proj = nn.Linear(cfg.n_inner, cfg.n_embd)
         self.drop = Dropout(cfg.resid_pdrop)
+        self._pool = ScratchPool()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+        if not (torch.is_grad_enabled() and cpu_kernels.usable(x)):
+            return self.drop(self.c_proj(gelu(self.c_fc(x))))
+        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
+        params = (self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
+        y: torch.Tensor = _MLPCore.apply(
+            x.reshape(-1, x.size(-1)).to(dtype), *(t.to(dtype) for t in params), self._pool
+        )
+        return self.drop(y.view(x.shape))
+
+
+class _MLPCore(torch.autograd.Function):
+    """c_proj(gelu(c_fc(x))) on (N, C) rows, all in one dtype, with the two (N, 4C)
+    intermediates and their gradient in the module's ScratchPool (a fresh 6 MB tensor each
+    per layer and step was mostly page faults)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, w_fc: torch.Tensor, b_fc: torch.Tensor, w_proj: torch.Tensor,
+        b_proj: torch.Tensor, pool: ScratchPool,
+    ) -> torch.Tensor:
+        shape = (x.size(0), w_fc.size(0))
+        u = torch.addmm(b_fc, x, w_fc.t(), out=pool.take(ctx, "u", shape, x.dtype, x.device))
+        a = cpu_kernels.gelu(u, out=pool.take(ctx, "a", shape, x.dtype, x.device))
+        ctx.save_for_backward(x, w_fc, w_proj, u, a)
+        ctx.pool, ctx.used = pool, False
+        return torch.addmm(b_proj, a, w_proj.t())
+
+    @staticmethod
+    def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        if ctx.used:  # its pooled intermediates may have been reused since
+            raise RuntimeError("MLP: backward through the same graph twice")
+        ctx.used = True
+        x, w_fc, w_proj, u, a = ctx.saved_tensors
+        grad_y = grad_y.to(a.dtype)
+        grad_w_proj = grad_y.t() @ a
+        grad_b_proj = grad_y.sum(0)  # fp32 accumulation inside (a dtype= would upcast a copy)
+        grad_a = torch.mm(grad_y, w_proj, out=ctx.pool.take(ctx, "grad", u.shape, u.dtype,
+                                                               u.device))
+        grad_u = cpu_kernels.gelu_backward(u, grad_a, out=grad_a)  # in place
+        grad_w_fc = grad_u.t() @ x
+        grad_b_fc = grad_u.sum(0)
+        grad_x = grad_u @ w_fc
+        ctx.pool.release()
+        return grad_x, grad_w_fc, grad_b_fc, grad_w_proj, grad_b_proj, None
 
 
 class Block(nn.Module):
@@ -271,32 +392,38 @@ class GPT(nn.Module):
         return self.tokens_embed.row_losses(h, targets)
 
 
-class LogitsPool:
-    """One (N, V) logits buffer kept across training steps by the fused output layer.
+class ScratchPool:
+    """A module's large intermediates (by slot name) kept across training steps.
 
-    A fresh 67 MB logits tensor per step (bench config) is fresh pages, and faulting them in
-    made the output-layer GEMM 1.7x slower than the same GEMM into warm memory. The buffer is
-    lent to one pending backward at a time; a second forward before that backward (or after a
-    graph that was never backpropagated) gets a fresh tensor instead.
+    A fresh multi-MB tensor per step is fresh pages, and faulting them in costs as much as the
+    work written into them: the output-layer GEMM ran 1.7x slower into a fresh 67 MB logits
+    tensor than into warm memory, and the page faults of fresh activations were ~15% of a bf16
+    training step (bench config). The buffers are lent to one pending autograd node at a time:
+    that node's forward and backward reuse them, any other node gets fresh tensors until the
+    holder's backward `release`s them (or the holder is gone). A node that used pooled buffers
+    can be backpropagated once.
     """
 
     def __init__(self) -> None:
-        self._buffer: torch.Tensor | None = None
-        self._holder: Any = None  # weakref to the autograd ctx that holds the buffer
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+        self._holder: Any = None  # weakref to the autograd ctx that holds the buffers
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> LogitsPool:
-        return LogitsPool()  # a copied model gets its own (empty) buffer
+    def __deepcopy__(self, memo: dict[int, Any]) -> ScratchPool:
+        return ScratchPool()  # a copied model gets its own (empty) buffers
 
-    def take(self, ctx: Any, rows: int, cols: int, like: torch.Tensor) -> torch.Tensor:
-        if self._holder is not None and self._holder() is not None:
-            return torch.empty(rows, cols, dtype=like.dtype, device=like.device)
-        buf = self._buffer
-        if buf is None or buf.numel() < rows * cols or buf.dtype != like.dtype or (
-            buf.device != like.device
-        ):
-            buf = self._buffer = torch.empty(rows * cols, dtype=like.dtype, device=like.device)
+    def take(
+        self, ctx: Any, key: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        holder = self._holder() if self._holder is not None else None
+        if holder is not None and holder is not ctx:
+            return torch.empty(shape, dtype=dtype, device=device)
+        numel = math.prod(shape)
+        slot = (key, dtype, torch.device(device))  # fp32 and bf16 steps keep their own
+        buf = self._buffers.get(slot)
+        if buf is None or buf.numel() < numel:
+            buf = self._buffers[slot] = torch.empty(numel, dtype=dtype, device=device)
         self._holder = weakref.ref(ctx)
-        return buf[: rows * cols].view(rows, cols)
+        return buf[:numel].view(shape)
 
     def release(self) -> None:
         self._holder = None
@@ -307,8 +434,8 @@ class _HeadCrossEntropy(torch.autograd.Function):
 
     F.linear + F.cross_entropy under autocast upcast the whole (N, V) logits to fp32 and
     materialise the log-softmax and its gradient, all memory traffic. Here the logits are
-    written into a reused buffer, each cache-sized chunk of rows is upcast to fp32,
-    exponentiated once and overwritten in place by its softmax; backward scales that softmax
+    written into a reused buffer and each row is overwritten in place by its softmax, computed
+    in fp32 (`cpu_kernels.softmax_rows_`: one fused pass on CPU); backward scales that softmax
     in place into dL/dlogits and runs the two GEMMs. The target entries of the gradient,
     p_t - 1, come from fp32 p_t saved separately, so a bf16 softmax near 1 loses nothing there.
     """
@@ -316,24 +443,18 @@ class _HeadCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int,
-        pool: LogitsPool | None,
+        pool: ScratchPool | None,
     ) -> torch.Tensor:
         n, vocab = h.size(0), weight.size(0)
         training = any(ctx.needs_input_grad[:2])  # (apply() runs forward with grad mode off)
         logits = (
-            pool.take(ctx, n, vocab, h) if pool is not None and training
+            pool.take(ctx, "logits", (n, vocab), h.dtype, h.device)
+            if pool is not None and training
             else torch.empty(n, vocab, dtype=h.dtype, device=h.device)
         )
         torch.mm(h, weight.t(), out=logits)
         target_logit = logits.gather(1, targets.unsqueeze(1)).squeeze(1).float()
-        lse = torch.empty(n, dtype=torch.float32, device=h.device)
-        for start in range(0, n, rows):
-            x = logits[start : start + rows].to(torch.float32, copy=True)  # (r, V): fits in L2
-            peak = x.amax(-1, keepdim=True)
-            total = x.sub_(peak).exp_().sum(-1, keepdim=True)
-            lse[start : start + rows] = (peak + total.log()).squeeze(1)
-            if training:
-                logits[start : start + rows] = x.div_(total)  # softmax rows, in place
+        lse = cpu_kernels.softmax_rows_(logits)  # logits -> softmax rows, in place
         losses = lse - target_logit  # (N,)
         if training:
             ctx.save_for_backward(h, weight, targets, torch.exp(-losses))  # p_t in fp32
@@ -349,23 +470,32 @@ class _HeadCrossEntropy(torch.autograd.Function):
         h, weight, targets, p_target = ctx.saved_tensors
         grad, ctx.probs = ctx.probs, None
         g = grad_rows.float()
-        if bool((g == g[0]).all()):  # a mean loss: one scalar (a mixed-dtype mul_ is 5x slower)
-            grad.mul_(float(g[0]))
+        rows = torch.arange(grad.size(0), device=grad.device)
+        alpha = 1.0
+        if bool((g == g[0]).all()):  # a mean loss: one scalar, applied by the GEMMs (alpha)
+            alpha = float(g[0])
+            grad[rows, targets] = (p_target - 1.0).to(grad.dtype)  # d/dz_t = p_t - 1
         else:
             for start in range(0, grad.size(0), ctx.rows):
                 chunk = grad[start : start + ctx.rows]
                 chunk.copy_(chunk.float().mul_(g[start : start + ctx.rows, None]))
-        rows = torch.arange(grad.size(0), device=grad.device)
-        grad[rows, targets] = ((p_target - 1.0) * g).to(grad.dtype)  # d/dz_t = p_t - 1
-        grad_h = grad @ weight if ctx.needs_input_grad[0] else None  # (N, C)
-        grad_w = grad.t() @ h if ctx.needs_input_grad[1] else None  # (V, C)
+            grad[rows, targets] = ((p_target - 1.0) * g).to(grad.dtype)
+        zero = grad.new_zeros(())  # beta = 0: only alpha * (A @ B)
+        grad_h = (
+            torch.addmm(zero, grad, weight, beta=0, alpha=alpha)  # (N, C)
+            if ctx.needs_input_grad[0] else None
+        )
+        grad_w = (
+            torch.addmm(zero, grad.t(), h, beta=0, alpha=alpha)  # (V, C)
+            if ctx.needs_input_grad[1] else None
+        )
         if ctx.pool is not None:
             ctx.pool.release()
         return grad_h, grad_w, None, None, None
 
 
 def head_cross_entropy(
-    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, pool: LogitsPool | None = None
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, pool: ScratchPool | None = None
 ) -> torch.Tensor:
     """(N, C) hidden, (V, C) output weights, (N,) targets -> (N,) fp32 losses.
 

@@ -9,7 +9,7 @@ from gpt1.config import ModelCfg
 from gpt1.lstm import LSTMLM
 from gpt1.model import (
     GPT,
-    LogitsPool,
+    ScratchPool,
     TiedEmbedding,
     count_parameters,
     dropout,
@@ -164,7 +164,7 @@ def test_head_cross_entropy_matches_linear_plus_torch(dtype, weighted):
     two steps sharing the pooled logits buffer."""
     h0, w0, targets = _head_case(dtype)
     row_weights = torch.rand(len(targets)) if weighted else torch.full((len(targets),), 0.1)
-    pool = LogitsPool()
+    pool = ScratchPool()
     for _ in range(2):
         h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
         ours = head_cross_entropy(h, w, targets, pool)
@@ -184,7 +184,7 @@ def test_head_cross_entropy_matches_linear_plus_torch(dtype, weighted):
 
 def test_head_cross_entropy_pool_lends_one_buffer_at_a_time():
     h0, w0, targets = _head_case(torch.float32)
-    pool = LogitsPool()
+    pool = ScratchPool()
     h1, h2 = h0.clone().requires_grad_(), (2 * h0).requires_grad_()
     loss1 = head_cross_entropy(h1, w0, targets, pool).mean()
     loss2 = head_cross_entropy(h2, w0, targets, pool).mean()  # before loss1's backward

@@ -1,0 +1,297 @@
+"""Fused CPU kernels of the training step (gpt1/kernels.c) and their torch references.
+
+Each op here runs the C kernel when it can (CPU tensor, float32 or bfloat16, the library
+built) and otherwise the torch reference below it, which computes the same function: the same
+dropout masks bit for bit (both hash the element index with the same seed), the same math in
+fp32 up to rounding. CUDA always takes the reference path.
+
+The library is compiled on first use with the system C compiler (`$CC`, else `cc`) for this
+machine's CPU (-march=native) into `$GPT1_KERNEL_CACHE` (default `~/.cache/gpt1`), keyed by a
+hash of the source, flags and CPU, and written to a temp name then renamed. With no compiler
+the reference path runs, after one warning. `GPT1_CPU_KERNELS=0` turns the kernels off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd",
+         "-fPIC", "-shared", "-pthread"]
+KIND = {torch.float32: 0, torch.bfloat16: 1}
+MASK32 = 0xFFFFFFFF
+
+_state: dict[str, object] = {"lib": None, "tried": False, "enabled": True}
+
+
+def _cpu_signature() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.processor()
+    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(lines)))
+
+
+def _build() -> Path | None:
+    """Compile kernels.c for this CPU into the cache (once per source/flags/CPU)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        log.warning("gpt1 CPU kernels: no C compiler found ($CC, cc, gcc); using torch ops")
+        return None
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join(
+        [source, " ".join([cc, *FLAGS]).encode(), platform.machine().encode(),
+         _cpu_signature().encode()]
+    )).hexdigest()[:16]
+    cache = Path(os.environ.get("GPT1_KERNEL_CACHE")
+                 or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpt1")
+    target = cache / f"kernels-{key}.so"
+    if target.exists():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".kernels-", suffix=".so", dir=cache)
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
+                              capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+            log.warning("gpt1 CPU kernels: %s failed to compile %s: %s; using torch ops",
+                        cc, SOURCE, last)
+            return None
+        os.replace(tmp, target)  # atomic: a concurrent process sees all of it or nothing
+        return target
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("gpt1 CPU kernels: cannot run %s: %s; using torch ops", cc, exc)
+        return None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel library, or None (disabled, or no compiler)."""
+    if not _state["enabled"] or os.environ.get("GPT1_CPU_KERNELS", "1") == "0":
+        return None
+    if not _state["tried"]:
+        _state["tried"] = True
+        path = _build()
+        if path is not None:
+            lib = ctypes.CDLL(str(path))
+            p, i64, i32, u64, u32, f32 = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
+                                          ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float)
+            lib.gpt1_dropout.argtypes = [p, p, i64, i32, u64, u32, f32, i32]
+            lib.gpt1_gelu_fwd.argtypes = [p, p, i64, i32, i32]
+            lib.gpt1_gelu_bwd.argtypes = [p, p, p, i64, i32, i32]
+            lib.gpt1_attn_fwd.argtypes = [p, p, p, i64, i64, i32, f32, u64, u32, f32, i32]
+            lib.gpt1_attn_bwd.argtypes = [p, p, i64, i64, i32, f32, u64, u32, f32, i32]
+            lib.gpt1_softmax_rows.argtypes = [p, p, i64, i64, i32, i32]
+            for fn in (lib.gpt1_dropout, lib.gpt1_gelu_fwd, lib.gpt1_gelu_bwd, lib.gpt1_attn_fwd,
+                       lib.gpt1_attn_bwd, lib.gpt1_softmax_rows):
+                fn.restype = None
+            _state["lib"] = lib
+    loaded = _state["lib"]
+    return loaded if isinstance(loaded, ctypes.CDLL) else None
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Run the torch reference path inside the block (benchmarks, tests)."""
+    before = _state["enabled"]
+    _state["enabled"] = False
+    try:
+        yield
+    finally:
+        _state["enabled"] = before
+
+
+def usable(*tensors: torch.Tensor) -> bool:
+    """True when the C kernels can take these tensors (CPU, one float dtype, < 2^32 elements)."""
+    if not tensors or library() is None:
+        return False
+    dtype = tensors[0].dtype
+    return all(
+        t.device.type == "cpu" and t.dtype == dtype and t.numel() < 2**32 for t in tensors
+    ) and dtype in KIND
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return int(t.data_ptr())
+
+
+def new_seed(device: torch.device | None = None) -> int:
+    """A 64-bit mask seed drawn from torch's generator for `device` (so manual_seed governs it)."""
+    draw = torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64, device=device or "cpu")
+    return int(draw) & 0xFFFFFFFFFFFFFFFF
+
+
+def keep_threshold(p: float) -> tuple[int, float]:
+    """(threshold, scale): keep element i iff hash(i) >= threshold; kept values times scale.
+
+    The drop probability is p quantised to 2^-32; scale uses the quantised value, so E[y] = x.
+    """
+    threshold = min(MASK32, max(0, round(p * 2**32)))
+    return threshold, 2**32 / (2**32 - threshold)
+
+
+# ---- torch references ------------------------------------------------------------------------
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32) held in int64, without int64 overflow."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def keep_mask(numel: int, seed: int, p: float, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(numel,) bool keep mask of element indices 0..numel-1: the kernels' mask, in torch ops."""
+    threshold, _ = keep_threshold(p)
+    index = torch.arange(numel, dtype=torch.int64, device=device)
+    s0, s1 = seed & MASK32, (seed >> 32) & MASK32
+    return _mix32(_mix32((index + s0) & MASK32) ^ s1) >= threshold
+
+
+def _dropout_reference(x: torch.Tensor, seed: int, p: float) -> torch.Tensor:
+    _, scale = keep_threshold(p)
+    keep = keep_mask(x.numel(), seed, p, x.device).view(x.shape)
+    return (x.float() * torch.where(keep, scale, 0.0)).to(x.dtype)  # fp32 math, as the kernel
+
+
+def _attn_reference(s: torch.Tensor, alpha: float, seed: int, p: float
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, t_len = s.shape
+    query = torch.arange(rows, device=s.device) % t_len
+    visible = torch.arange(t_len, device=s.device)[None, :] <= query[:, None]
+    probs = torch.softmax((alpha * s.float()).masked_fill(~visible, float("-inf")), dim=-1)
+    probs = probs.to(s.dtype)
+    return probs, _dropout_reference(probs, seed, p)
+
+
+# ---- ops (kernel, else reference) ------------------------------------------------------------
+
+def dropout(x: torch.Tensor, seed: int, p: float) -> torch.Tensor:
+    """keep ? x * scale : 0 with the (seed, index) mask; the same call is its own backward."""
+    x = x.contiguous()
+    lib = library()
+    if lib is None or not usable(x):
+        return _dropout_reference(x, seed, p)
+    y = torch.empty_like(x)
+    threshold, scale = keep_threshold(p)
+    lib.gpt1_dropout(_ptr(x), _ptr(y), x.numel(), KIND[x.dtype], seed, threshold, scale,
+                     torch.get_num_threads())
+    return y
+
+
+def _out(like: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return torch.empty_like(like)
+    if out.shape != like.shape or out.dtype != like.dtype or not out.is_contiguous():
+        raise ValueError(f"out: expected contiguous {like.dtype} {tuple(like.shape)}, got "
+                         f"{out.dtype} {tuple(out.shape)}")
+    return out
+
+
+def gelu(u: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """tanh-approximated GELU (PAPER.md 5), into `out` when given."""
+    u = u.contiguous()
+    lib = library()
+    if lib is None or not usable(u):
+        y = torch.nn.functional.gelu(u, approximate="tanh")
+        return y if out is None else _out(u, out).copy_(y)
+    y = _out(u, out)
+    lib.gpt1_gelu_fwd(_ptr(u), _ptr(y), u.numel(), KIND[u.dtype], torch.get_num_threads())
+    return y
+
+
+def gelu_backward(u: torch.Tensor, grad: torch.Tensor, out: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+    """dL/du from dL/dgelu(u), into `out` when given (which may be `grad` itself)."""
+    u, grad = u.contiguous(), grad.contiguous().to(u.dtype)
+    lib = library()
+    if lib is None or not usable(u, grad):
+        dx = torch.ops.aten.gelu_backward(grad, u, approximate="tanh")
+        return dx if out is None else _out(u, out).copy_(dx)
+    dx = _out(u, out)
+    lib.gpt1_gelu_bwd(_ptr(u), _ptr(grad), _ptr(dx), u.numel(), KIND[u.dtype],
+                      torch.get_num_threads())
+    return dx
+
+
+def causal_attention_probs(
+    s: torch.Tensor, alpha: float, seed: int, p: float,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(R, T) scores q.k, row r = query r % T -> (softmax(alpha s) over keys <= r % T, its
+    dropout with the (seed, index) mask), both in s's dtype (into `out` when given)."""
+    s = s.contiguous()
+    lib = library()
+    if lib is None or not usable(s):
+        ref_probs, ref_dropped = _attn_reference(s, alpha, seed, p)
+        if out is None:
+            return ref_probs, ref_dropped
+        return _out(s, out[0]).copy_(ref_probs), _out(s, out[1]).copy_(ref_dropped)
+    probs = _out(s, out[0] if out else None)
+    dropped: torch.Tensor | None = _out(s, out[1] if out else None) if p > 0 else None
+    threshold, scale = keep_threshold(p)
+    lib.gpt1_attn_fwd(_ptr(s), _ptr(probs), _ptr(dropped) if dropped is not None else None,
+                      s.size(0), s.size(1), KIND[s.dtype], alpha, seed, threshold, scale,
+                      torch.get_num_threads())
+    return probs, dropped if dropped is not None else probs
+
+
+def causal_attention_probs_backward(
+    probs: torch.Tensor, grad_dropped: torch.Tensor, alpha: float, seed: int, p: float
+) -> torch.Tensor:
+    """dL/ds from the saved probabilities and dL/d(dropped probabilities); may reuse the
+    gradient's memory."""
+    probs, grad = probs.contiguous(), grad_dropped.contiguous().to(probs.dtype)
+    lib = library()
+    if lib is None or not usable(probs, grad):
+        dp = _dropout_reference(grad, seed, p).float()
+        pf = probs.float()
+        return (alpha * pf * (dp - (pf * dp).sum(-1, keepdim=True))).to(probs.dtype)
+    threshold, scale = keep_threshold(p)
+    lib.gpt1_attn_bwd(_ptr(probs), _ptr(grad), probs.size(0), probs.size(1), KIND[probs.dtype],
+                      alpha, seed, threshold, scale, torch.get_num_threads())
+    return grad
+
+
+def softmax_rows_(x: torch.Tensor) -> torch.Tensor:
+    """Overwrite each row of the (N, V) contiguous x with its softmax (fp32 math); return the
+    rows' (N,) fp32 log-sum-exp."""
+    lib = library()
+    if lib is None or not usable(x) or not x.is_contiguous():
+        lse = torch.empty(x.size(0), dtype=torch.float32, device=x.device)
+        rows = max(1, (1 << 18) // max(1, x.size(1)))  # ~1 MB of fp32 per chunk: stays in L2
+        for start in range(0, x.size(0), rows):
+            chunk = x[start : start + rows].to(torch.float32, copy=True)
+            peak = chunk.amax(-1, keepdim=True)
+            total = chunk.sub_(peak).exp_().sum(-1, keepdim=True)
+            lse[start : start + rows] = (peak + total.log()).squeeze(1)
+            x[start : start + rows] = chunk.div_(total)
+        return lse
+    lse = torch.empty(x.size(0), dtype=torch.float32, device=x.device)
+    lib.gpt1_softmax_rows(_ptr(x), _ptr(lse), x.size(0), x.size(1), KIND[x.dtype],
+                          torch.get_num_threads())
+    return lse

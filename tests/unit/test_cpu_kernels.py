@@ -1,0 +1,204 @@
+"""The fused CPU kernels (gpt1/kernels.c) against their torch references and against autograd."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpt1 import cpu_kernels as K
+from gpt1.config import load_params
+from gpt1.model import GPT, ScratchPool, _CausalAttention, dropout, gelu
+from gpt1.train import CausalLM
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def test_library_builds_on_this_machine() -> None:
+    # CI has a C compiler: the fast path must actually be the one under test below
+    assert K.library() is not None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dropout_kernel_equals_reference_bit_for_bit(dtype: torch.dtype) -> None:
+    x = torch.randn(777, 129, generator=torch.Generator().manual_seed(0)).to(dtype)
+    y = K.dropout(x, seed=123456789012345, p=0.1)
+    with K.disabled():
+        ref = K.dropout(x, seed=123456789012345, p=0.1)
+    assert torch.equal(y, ref)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.9) < 0.005
+    _, scale = K.keep_threshold(0.1)
+    assert torch.allclose(y[kept].float(), (x[kept].float() * scale).to(dtype).float())
+
+
+def test_dropout_mask_independent_of_thread_count_and_seeded() -> None:
+    x = torch.ones(300_001)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = K.dropout(x, 42, 0.3)
+        torch.set_num_threads(2)
+        two = K.dropout(x, 42, 0.3)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    assert not torch.equal(one, K.dropout(x, 43, 0.3))  # another seed, another mask
+    assert abs((one != 0).float().mean().item() - 0.7) < 0.005
+
+
+def test_keep_threshold_makes_dropout_unbiased() -> None:
+    threshold, scale = K.keep_threshold(0.1)
+    assert threshold == round(0.1 * 2**32)
+    assert math.isclose((1 - threshold / 2**32) * scale, 1.0, rel_tol=1e-12)
+
+
+def test_model_dropout_backward_reuses_forward_mask() -> None:
+    x = torch.randn(64, 65, requires_grad=True)
+    torch.manual_seed(3)
+    y = dropout(x, 0.25, training=True)
+    y.backward(torch.ones_like(y))
+    assert x.grad is not None
+    assert torch.equal(x.grad != 0, y != 0)  # the gradient passes exactly where x did
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x.detach(), 0.25, training=True), y.detach())  # manual_seed rules
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_forward_and_backward_match_torch(dtype: torch.dtype) -> None:
+    u = (torch.randn(50_000, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
+    grad = torch.randn(50_000, generator=torch.Generator().manual_seed(2)).to(dtype)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    ref_u = u.float().requires_grad_()
+    ref = F.gelu(ref_u, approximate="tanh")
+    ref.backward(grad.float())
+    assert torch.allclose(K.gelu(u).float(), ref.detach(), atol=tol, rtol=tol)
+    assert ref_u.grad is not None
+    assert torch.allclose(K.gelu_backward(u, grad).float(), ref_u.grad, atol=tol, rtol=tol)
+    x = u.detach().clone().requires_grad_()
+    gelu(x).backward(grad)  # the model's autograd wrapper
+    assert x.grad is not None and torch.allclose(x.grad.float(), ref_u.grad, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.1])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_probs_kernel_equals_reference(dtype: torch.dtype, p: float) -> None:
+    T = 37
+    s = (torch.randn(3 * T, T, generator=torch.Generator().manual_seed(4)) * 5).to(dtype)
+    probs, dropped = K.causal_attention_probs(s, 0.3, seed=99, p=p)
+    with K.disabled():
+        ref_probs, ref_dropped = K.causal_attention_probs(s, 0.3, seed=99, p=p)
+    tol = 1e-6 if dtype == torch.float32 else 8e-3
+    assert torch.allclose(probs.float(), ref_probs.float(), atol=tol)
+    assert torch.equal(dropped != 0, ref_dropped != 0)  # the same mask
+    assert torch.allclose(dropped.float(), ref_dropped.float(), atol=2 * tol)
+    query = torch.arange(3 * T) % T
+    future = torch.arange(T)[None, :] > query[:, None]
+    assert torch.all(probs[future] == 0) and torch.all(dropped[future] == 0)
+    assert torch.allclose(probs.float().sum(-1), torch.ones(3 * T), atol=T * tol)
+
+
+def test_attention_probs_backward_equals_autograd_of_reference() -> None:
+    T = 29
+    s = torch.randn(2 * T, T, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    grad = torch.randn(2 * T, T, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    s32 = s.float().requires_grad_()
+    with K.disabled():
+        _, ref_dropped = K.causal_attention_probs(s32, 0.2, seed=7, p=0.3)
+    ref_dropped.backward(grad.float())
+    probs, _ = K.causal_attention_probs(s.float(), 0.2, seed=7, p=0.3)
+    got = K.causal_attention_probs_backward(probs, grad.float().clone(), 0.2, seed=7, p=0.3)
+    assert s32.grad is not None
+    assert torch.allclose(got, s32.grad, atol=1e-6)
+
+
+def test_causal_attention_function_equals_naive_attention() -> None:
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(4, 16, 8, generator=g, requires_grad=True) for _ in range(3))
+    torch.manual_seed(11)
+    y = _CausalAttention.apply(q, k, v, 0.2, ScratchPool())
+    y.backward(torch.ones_like(y))
+    torch.manual_seed(11)
+    seed = K.new_seed()  # the seed the Function drew
+    qr, kr, vr = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    scores = qr @ kr.transpose(1, 2) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf"))
+    keep = K.keep_mask(4 * 16 * 16, seed, 0.2).view(4, 16, 16)
+    _, scale = K.keep_threshold(0.2)
+    ref = (torch.softmax(scores, -1) * keep * scale) @ vr
+    ref.backward(torch.ones_like(ref))
+    assert torch.allclose(y, ref, atol=1e-5)
+    for got, want in ((q.grad, qr.grad), (k.grad, kr.grad), (v.grad, vr.grad)):
+        assert got is not None and want is not None
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rows_and_log_sum_exp(dtype: torch.dtype) -> None:
+    x = (torch.randn(19, 1000, generator=torch.Generator().manual_seed(9)) * 6).to(dtype)
+    got = x.clone()
+    lse = K.softmax_rows_(got)
+    tol = 1e-6 if dtype == torch.float32 else 4e-3
+    assert torch.allclose(got.float(), torch.softmax(x.float(), -1), atol=tol)
+    assert torch.allclose(lse, torch.logsumexp(x.float(), -1), atol=1e-5)
+    bad = x.clone()
+    bad[3, 10] = float("nan")
+    assert torch.isnan(K.softmax_rows_(bad)[3])  # a NaN logit is not hidden from the loss
+
+
+def test_no_compiler_falls_back_to_torch_with_one_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("GPT1_KERNEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(K, "_state", {"lib": None, "tried": False, "enabled": True})
+    with caplog.at_level(logging.WARNING, logger="gpt1.cpu_kernels"):
+        assert K.library() is None
+        assert K.library() is None
+    assert len(caplog.records) == 1 and "no-such-cc" in caplog.records[0].getMessage()
+    x = torch.randn(100)
+    assert torch.allclose(K.gelu(x), F.gelu(x, approximate="tanh"))
+    assert list((tmp_path / "cache").glob("*")) == []  # nothing half-written
+
+
+def test_build_is_cached_and_atomic(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("GPT1_KERNEL_CACHE", str(tmp_path))
+    first = K._build()
+    assert first is not None and first.parent == tmp_path
+    stamp = first.stat().st_mtime_ns
+    assert K._build() == first and first.stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temp files left
+
+
+def _tiny_step(precision: str) -> tuple[float, dict[str, torch.Tensor]]:
+    cfg = load_params(Path(__file__).parents[2] / "params.yaml").model.model_copy(
+        update={"n_layer": 2, "n_embd": 32, "n_head": 4, "n_inner": 128, "n_positions": 24}
+    )
+    torch.manual_seed(0)
+    lm = CausalLM(GPT(cfg, 101)).train()
+    windows = torch.randint(0, 101, (3, 25), generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(2)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        loss = lm(windows)
+    loss.backward()
+    return float(loss.detach()), {n: p.grad for n, p in lm.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_step_with_kernels_equals_torch_path(precision: str) -> None:
+    """Same dropout masks, same math: a GPT training step through the C kernels (and pooled
+    buffers) equals the pure-torch path, fp32 tightly and bf16 to its rounding."""
+    loss, grads = _tiny_step(precision)
+    with K.disabled():
+        ref_loss, ref_grads = _tiny_step(precision)
+    tol = 1e-5 if precision == "fp32" else 2e-2
+    assert math.isclose(loss, ref_loss, rel_tol=tol)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        ref = ref_grads[name]
+        scale = ref.abs().max().item() + 1e-12
+        assert (grad - ref).abs().max().item() <= tol * 10 * scale, name
