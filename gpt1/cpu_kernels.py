@@ -101,9 +101,14 @@ def library() -> ctypes.CDLL | None:
             lib.gpt1_attn_fwd.argtypes = [p, p, p, i64, i64, i32, f32, u64, u32, f32, i32]
             lib.gpt1_attn_bwd.argtypes = [p, p, i64, i64, i32, f32, u64, u32, f32, i32]
             lib.gpt1_softmax_rows.argtypes = [p, p, i64, i64, i32, i32]
+            lib.gpt1_add_layer_norm_fwd.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i32, f32,
+                                                    u64, u32, f32, i32]
+            lib.gpt1_add_layer_norm_bwd.argtypes = [p, p, p, p, p, p, p, p, p, i64, i64, i32,
+                                                    u64, u32, f32, i32]
             for fn in (lib.gpt1_dropout, lib.gpt1_gelu_fwd, lib.gpt1_gelu_bwd, lib.gpt1_attn_fwd,
-                       lib.gpt1_attn_bwd, lib.gpt1_softmax_rows):
+                       lib.gpt1_attn_bwd, lib.gpt1_softmax_rows, lib.gpt1_add_layer_norm_fwd):
                 fn.restype = None
+            lib.gpt1_add_layer_norm_bwd.restype = i32
             _state["lib"] = lib
     loaded = _state["lib"]
     return loaded if isinstance(loaded, ctypes.CDLL) else None
@@ -295,3 +300,60 @@ def softmax_rows_(x: torch.Tensor) -> torch.Tensor:
     lib.gpt1_softmax_rows(_ptr(x), _ptr(lse), x.size(0), x.size(1), KIND[x.dtype],
                           torch.get_num_threads())
     return lse
+
+
+def add_dropout_layer_norm(
+    x: torch.Tensor, f: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: float,
+    seed: int, p: float, save_sum: bool, sum_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """LayerNorm(x + dropout(f)) over the last dim of (N, C) rows: x, gamma, beta fp32, f fp32
+    or bf16. Returns (h fp32, the sum s if save_sum (into sum_out when given), per-row mean,
+    per-row 1/std)."""
+    x, f = x.contiguous(), f.contiguous()
+    lib = library()
+    if lib is None or not usable(x, gamma, beta) or x.dtype != torch.float32 or not usable(f):
+        s = x + _dropout_reference(f.float(), seed, p)  # fp32 math, as the kernel
+        mean = s.mean(-1)
+        rstd = torch.rsqrt(s.var(-1, unbiased=False) + eps)
+        h = torch.nn.functional.layer_norm(s, (s.size(-1),), gamma, beta, eps)
+        return h, s if save_sum else None, mean, rstd
+    rows, cols = x.shape
+    h = torch.empty_like(x)
+    saved = _out(x, sum_out) if save_sum else None
+    mean = torch.empty(rows, dtype=torch.float32)
+    rstd = torch.empty(rows, dtype=torch.float32)
+    threshold, scale = keep_threshold(p)
+    lib.gpt1_add_layer_norm_fwd(
+        _ptr(x), _ptr(f), _ptr(gamma.contiguous()), _ptr(beta.contiguous()),
+        _ptr(saved) if saved is not None else None, _ptr(h), _ptr(mean), _ptr(rstd), rows, cols,
+        KIND[f.dtype], eps, seed, threshold, scale, torch.get_num_threads())
+    return h, saved, mean, rstd
+
+
+def add_dropout_layer_norm_backward(
+    grad_h: torch.Tensor, s: torch.Tensor, gamma: torch.Tensor, mean: torch.Tensor,
+    rstd: torch.Tensor, seed: int, p: float, f_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dL/dx fp32, dL/df in f_dtype, dL/dgamma, dL/dbeta) of `add_dropout_layer_norm`."""
+    grad_h = grad_h.contiguous().float()
+    lib = library()
+    if lib is None or not usable(grad_h, s, gamma) or f_dtype not in KIND:
+        xhat = (s - mean[:, None]) * rstd[:, None]
+        g = grad_h * gamma
+        ds = rstd[:, None] * (g - g.mean(-1, keepdim=True)
+                              - xhat * (g * xhat).mean(-1, keepdim=True))
+        grad_f = _dropout_reference(ds, seed, p).to(f_dtype)
+        return ds, grad_f, (grad_h * xhat).sum(0), grad_h.sum(0)
+    rows, cols = grad_h.shape
+    dx = torch.empty_like(grad_h)
+    df = torch.empty(rows, cols, dtype=f_dtype)
+    dgamma = torch.empty(cols, dtype=torch.float32)
+    dbeta = torch.empty(cols, dtype=torch.float32)
+    threshold, scale = keep_threshold(p)
+    if lib.gpt1_add_layer_norm_bwd(
+        _ptr(grad_h), _ptr(s), _ptr(gamma.contiguous()), _ptr(mean), _ptr(rstd), _ptr(dx),
+        _ptr(df), _ptr(dgamma), _ptr(dbeta), rows, cols, KIND[f_dtype], seed, threshold, scale,
+        torch.get_num_threads(),
+    ):
+        raise MemoryError("add_dropout_layer_norm_backward: out of memory for partial sums")
+    return dx, df, dgamma, dbeta

@@ -404,3 +404,143 @@ void gpt1_softmax_rows(void *x, float *lse, int64_t rows, int64_t cols, int kind
     softmax_args a = {x, lse, cols, kind};
     parallel_for(softmax_range, &a, rows, threads, 4);
 }
+
+/* ---- residual add with dropout, then LayerNorm (a post-LN block's junction) ---------------
+ * Forward per row: s = x + dropout(f), h = (s - mean) * rstd * gamma + beta, fp32 (x, h, s
+ * fp32; f fp32 or bf16). Backward from dh: ds = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+ * g = dh * gamma; dx = ds, df = dropout(ds) with the same mask; dgamma, dbeta summed per block
+ * of ROWS_PER_CHUNK rows, then over blocks in order (the same sums whatever the threads). */
+
+#define ROWS_PER_CHUNK 64
+
+typedef struct {
+    const float *x, *gamma, *beta, *dh, *s_in;
+    const void *f;
+    float *s, *h, *mean, *rstd, *dx, *partial;
+    void *df;
+    int64_t rows, cols;
+    int f_kind;
+    float eps, scale;
+    uint32_t s0, s1, threshold;
+} addln_args;
+
+static inline __attribute__((always_inline)) void addln_fwd_rows(const addln_args *a, int64_t b,
+                                                                 int64_t e, float *buf,
+                                                                 const int fk) {
+    const int64_t C = a->cols;
+    const uint32_t s0 = a->s0, s1 = a->s1, threshold = a->threshold;
+    const float scale = a->scale, eps = a->eps;
+    const float *X = a->x, *gamma = a->gamma, *beta = a->beta;
+    const void *F = a->f;
+    float *S = a->s, *H = a->h;
+    for (int64_t r = b; r < e; r++) {
+        const int64_t off = r * C;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < C; j++) {
+            uint32_t hs = rand32((uint32_t)(off + j), s0, s1);
+            float v = X[off + j] + (hs >= threshold ? scale * load(F, off + j, fk) : 0.0f);
+            buf[j] = v;
+            sum += v;
+        }
+        const float mu = sum / (float)C;
+        float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+        for (int64_t j = 0; j < C; j++) sq += (buf[j] - mu) * (buf[j] - mu);
+        const float rs = 1.0f / sqrtf(sq / (float)C + eps);
+        if (S) memcpy(S + off, buf, sizeof(float) * (size_t)C);
+#pragma omp simd
+        for (int64_t j = 0; j < C; j++) H[off + j] = (buf[j] - mu) * rs * gamma[j] + beta[j];
+        a->mean[r] = mu;
+        a->rstd[r] = rs;
+    }
+}
+
+static void addln_fwd_range(const void *ap, int64_t b, int64_t e) {
+    const addln_args *a = (const addln_args *)ap;
+    float *buf = (float *)malloc(sizeof(float) * (size_t)a->cols);
+    if (!buf) abort();
+    if (a->f_kind)
+        addln_fwd_rows(a, b, e, buf, 1);
+    else
+        addln_fwd_rows(a, b, e, buf, 0);
+    free(buf);
+}
+
+static inline __attribute__((always_inline)) void addln_bwd_chunks(const addln_args *a,
+                                                                   int64_t cb, int64_t ce,
+                                                                   const int fk) {
+    const int64_t C = a->cols;
+    const uint32_t s0 = a->s0, s1 = a->s1, threshold = a->threshold;
+    const float scale = a->scale;
+    const float *DH = a->dh, *S = a->s_in, *gamma = a->gamma;
+    float *DX = a->dx;
+    void *DF = a->df;
+    for (int64_t c = cb; c < ce; c++) {
+        float *dgamma = a->partial + c * 2 * C, *dbeta = dgamma + C;
+        memset(dgamma, 0, sizeof(float) * 2 * (size_t)C);
+        const int64_t r_end = (c + 1) * ROWS_PER_CHUNK < a->rows ? (c + 1) * ROWS_PER_CHUNK
+                                                                 : a->rows;
+        for (int64_t r = c * ROWS_PER_CHUNK; r < r_end; r++) {
+            const int64_t off = r * C;
+            const float mu = a->mean[r], rs = a->rstd[r];
+            float m1 = 0.0f, m2 = 0.0f;
+#pragma omp simd reduction(+ : m1, m2)
+            for (int64_t j = 0; j < C; j++) {
+                const float xhat = (S[off + j] - mu) * rs, d = DH[off + j], g = d * gamma[j];
+                m1 += g;
+                m2 += g * xhat;
+                dgamma[j] += d * xhat;
+                dbeta[j] += d;
+            }
+            m1 /= (float)C;
+            m2 /= (float)C;
+#pragma omp simd
+            for (int64_t j = 0; j < C; j++) {
+                const float xhat = (S[off + j] - mu) * rs;
+                const float ds = rs * (DH[off + j] * gamma[j] - m1 - xhat * m2);
+                DX[off + j] = ds;
+                uint32_t hs = rand32((uint32_t)(off + j), s0, s1);
+                store(DF, off + j, hs >= threshold ? ds * scale : 0.0f, fk);
+            }
+        }
+    }
+}
+
+static void addln_bwd_range(const void *ap, int64_t b, int64_t e) {
+    const addln_args *a = (const addln_args *)ap;
+    if (a->f_kind)
+        addln_bwd_chunks(a, b, e, 1);
+    else
+        addln_bwd_chunks(a, b, e, 0);
+}
+
+void gpt1_add_layer_norm_fwd(const float *x, const void *f, const float *gamma,
+                             const float *beta, float *s, float *h, float *mean, float *rstd,
+                             int64_t rows, int64_t cols, int f_kind, float eps, uint64_t seed,
+                             uint32_t threshold, float scale, int threads) {
+    addln_args a = {x, gamma, beta, NULL, NULL, f, s, h, mean, rstd, NULL, NULL, NULL, rows,
+                    cols, f_kind, eps, scale, (uint32_t)seed, (uint32_t)(seed >> 32), threshold};
+    parallel_for(addln_fwd_range, &a, rows, threads, 16);
+}
+
+int gpt1_add_layer_norm_bwd(const float *dh, const float *s, const float *gamma,
+                            const float *mean, const float *rstd, float *dx, void *df,
+                            float *dgamma, float *dbeta, int64_t rows, int64_t cols, int f_kind,
+                            uint64_t seed, uint32_t threshold, float scale, int threads) {
+    const int64_t chunks = (rows + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
+    float *partial = (float *)malloc(sizeof(float) * 2 * (size_t)(cols * (chunks ? chunks : 1)));
+    if (!partial) return 1;
+    addln_args a = {NULL, gamma, NULL, dh, s, NULL, NULL, NULL, (float *)mean, (float *)rstd,
+                    dx, partial, df, rows, cols, f_kind, 0.0f, scale, (uint32_t)seed,
+                    (uint32_t)(seed >> 32), threshold};
+    parallel_for(addln_bwd_range, &a, chunks, threads, 1);
+    for (int64_t j = 0; j < cols; j++) dgamma[j] = dbeta[j] = 0.0f;
+    for (int64_t c = 0; c < chunks; c++) /* in order: the same sums for any thread count */
+        for (int64_t j = 0; j < cols; j++) {
+            dgamma[j] += partial[c * 2 * cols + j];
+            dbeta[j] += partial[c * 2 * cols + cols + j];
+        }
+    free(partial);
+    return 0;
+}

@@ -155,7 +155,7 @@ class Attention(nn.Module):
         self.resid_drop = Dropout(cfg.resid_pdrop)
         self._pool = ScratchPool()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, drop: bool = True) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         # (B, T, C) -> (B, nh, T, hs)
@@ -167,7 +167,8 @@ class Attention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, nh, T, hs) -> (B, T, C)
-        return self.resid_drop(self.c_proj(y))
+        y = self.c_proj(y)
+        return self.resid_drop(y) if drop else y  # drop=False: the caller fuses the dropout
 
     def _attend_with_dropout(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -268,15 +269,17 @@ class MLP(nn.Module):
         self.drop = Dropout(cfg.resid_pdrop)
         self._pool = ScratchPool()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, drop: bool = True) -> torch.Tensor:
         if not (torch.is_grad_enabled() and cpu_kernels.usable(x)):
-            return self.drop(self.c_proj(gelu(self.c_fc(x))))
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else x.dtype
-        params = (self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
-        y: torch.Tensor = _MLPCore.apply(
-            x.reshape(-1, x.size(-1)).to(dtype), *(t.to(dtype) for t in params), self._pool
-        )
-        return self.drop(y.view(x.shape))
+            y = self.c_proj(gelu(self.c_fc(x)))
+        else:
+            dtype = (torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu")
+                     else x.dtype)
+            params = (self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
+            y = _MLPCore.apply(
+                x.reshape(-1, x.size(-1)).to(dtype), *(t.to(dtype) for t in params), self._pool
+            ).view(x.shape)
+        return self.drop(y) if drop else y  # drop=False: the caller fuses the dropout
 
 
 class _MLPCore(torch.autograd.Function):
@@ -325,13 +328,64 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.mlp = MLP(cfg)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self._pools = (ScratchPool(), ScratchPool())  # one per fused add + LayerNorm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.pre_ln:  # PAPER.md 4 (GPT-2): x + f(LN(x))
             x = x + self.attn(self.ln_1(x))
             return x + self.mlp(self.ln_2(x))
+        if x.dtype == torch.float32 and cpu_kernels.usable(x):  # one fused pass per junction
+            n = add_dropout_layer_norm(x, self.attn(x, drop=False), self.ln_1,
+                                       self.attn.resid_drop, self._pools[0])
+            return add_dropout_layer_norm(n, self.mlp(n, drop=False), self.ln_2, self.mlp.drop,
+                                          self._pools[1])
         n = self.ln_1(x + self.attn(x))  # PAPER.md 5: n = LN(x + attn(x))
         return self.ln_2(n + self.mlp(n))  # h = LN(n + mlp(n))
+
+
+def add_dropout_layer_norm(
+    x: torch.Tensor, f: torch.Tensor, ln: nn.LayerNorm, drop: Dropout, pool: ScratchPool
+) -> torch.Tensor:
+    """ln(x + drop(f)) for (B, T, C) fp32 x, as one fused pass each way (cpu_kernels); the
+    saved pre-norm sum lives in `pool`."""
+    p = drop.p if drop.training else 0.0
+    C = x.size(-1)
+    h: torch.Tensor = _AddDropoutLayerNorm.apply(
+        x.reshape(-1, C), f.reshape(-1, C), ln.weight, ln.bias, ln.eps, p, pool
+    )
+    return h.view(x.shape)
+
+
+class _AddDropoutLayerNorm(torch.autograd.Function):
+    """LayerNorm(x + dropout(f)) over (N, C) rows; saves the sum, row mean and 1/std, and
+    regenerates the dropout mask from its seed in backward (gpt1/cpu_kernels.py)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: torch.Tensor, f: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
+        eps: float, p: float, pool: ScratchPool,
+    ) -> torch.Tensor:
+        seed = cpu_kernels.new_seed() if p > 0 else 0
+        grad = any(ctx.needs_input_grad[:4])
+        h, s, mean, rstd = cpu_kernels.add_dropout_layer_norm(
+            x, f, gamma, beta, eps, seed, p, save_sum=grad,
+            sum_out=pool.take(ctx, "sum", tuple(x.shape), x.dtype, x.device) if grad else None,
+        )
+        ctx.save_for_backward(s, gamma, mean, rstd)
+        ctx.seed, ctx.p, ctx.f_dtype, ctx.pool, ctx.used = seed, p, f.dtype, pool, False
+        return h
+
+    @staticmethod
+    def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        if ctx.used:  # its pooled sum may have been reused since
+            raise RuntimeError("LayerNorm: backward through the same graph twice")
+        ctx.used = True
+        s, gamma, mean, rstd = ctx.saved_tensors
+        dx, df, dgamma, dbeta = cpu_kernels.add_dropout_layer_norm_backward(
+            grad_h, s, gamma, mean, rstd, ctx.seed, ctx.p, ctx.f_dtype
+        )
+        ctx.pool.release()
+        return dx, df, dgamma, dbeta, None, None, None
 
 
 class GPT(nn.Module):
