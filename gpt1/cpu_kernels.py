@@ -84,15 +84,29 @@ def _build() -> Path | None:
             os.unlink(tmp)
 
 
+def _load() -> ctypes.CDLL | None:
+    """Build (or find) and load the library; a cache entry that does not load is rebuilt once."""
+    for attempt in range(2):
+        path = _build()
+        if path is None:
+            return None
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as exc:  # e.g. a truncated file in the cache
+            log.warning("gpt1 CPU kernels: cannot load %s (%s)%s", path, exc,
+                        "; rebuilding" if attempt == 0 else "; using torch ops")
+            path.unlink(missing_ok=True)
+    return None
+
+
 def library() -> ctypes.CDLL | None:
     """The loaded kernel library, or None (disabled, or no compiler)."""
     if not _state["enabled"] or os.environ.get("GPT1_CPU_KERNELS", "1") == "0":
         return None
     if not _state["tried"]:
         _state["tried"] = True
-        path = _build()
-        if path is not None:
-            lib = ctypes.CDLL(str(path))
+        lib = _load()
+        if lib is not None:
             p, i64, i32, u64, u32, f32 = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
                                           ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float)
             lib.gpt1_dropout.argtypes = [p, p, i64, i32, u64, u32, f32, i32]

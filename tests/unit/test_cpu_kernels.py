@@ -234,3 +234,14 @@ def test_add_dropout_layer_norm_forward_and_backward(f_dtype: torch.dtype) -> No
                                                       beta.detach(), 1e-5, 77, 0.2, True)
     assert s_ref is not None and torch.allclose(h, h_ref, atol=1e-5)
     assert torch.allclose(s, s_ref, atol=1e-6)
+
+
+def test_damaged_cache_entry_is_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("GPT1_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(K, "_state", {"lib": None, "tried": False, "enabled": True})
+    built = K._build()
+    assert built is not None
+    built.write_bytes(built.read_bytes()[:100])  # truncated, as by a full disk
+    assert K.library() is not None  # rebuilt and loaded
+    x = torch.randn(1000)
+    assert torch.allclose(K.gelu(x), F.gelu(x, approximate="tanh"), atol=1e-6)
