@@ -219,3 +219,14 @@ def test_plot_files_have_every_curve_column(tmp_path: Path) -> None:
                                                "dprd"}
     empty = report.plot_tables({"mnli": {"dev": [], "train": []}}, {}, ["sst2"])
     assert list(empty["zeroshot_transformer"][0]) == ["step", "log10_step", "sst2"]
+
+
+def test_flat_noisy_zero_shot_curve_is_not_called_rising() -> None:
+    """A positive rank correlation alone is not a rise: the net gain must exceed the curve's
+    typical step-to-step change (real demo run: -0.05 -> -0.05 with rho +0.43)."""
+    flat = {"transformer": {"sst2": [(1, 0.00), (4, -0.06), (14, 0.05), (52, 0.02),
+                                     (196, 0.06), (732, 0.01)]}}
+    rising = {"transformer": {"sst2": [(1, 0.00), (4, 0.02), (14, 0.05), (52, 0.09),
+                                       (196, 0.12), (732, 0.20)]}}
+    assert "does not rise" in report.compare_right(flat)
+    assert "the Transformer's zero-shot score rises" in report.compare_right(rising)
