@@ -20,6 +20,20 @@ from gpt1 import cpu_kernels
 from gpt1.config import ModelCfg
 
 
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype autocast would run a matmul on `t` in: its autocast dtype, else t's own."""
+    device = t.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else t.dtype
+
+
+def _backward_once(ctx: Any, what: str) -> None:
+    """Nodes that keep activations in a ScratchPool can be backpropagated once: after their
+    backward released the pool, a later forward may have reused the buffers."""
+    if getattr(ctx, "backpropagated", False):
+        raise RuntimeError(f"{what}: backward through the same graph twice")
+    ctx.backpropagated = True
+
+
 class _HashDropout(torch.autograd.Function):
     """Dropout whose mask is a hash of (seed, element index): backward regenerates the mask
     from the seed instead of keeping it (gpt1/cpu_kernels.py)."""
@@ -137,8 +151,7 @@ class TiedEmbedding(nn.Module):
         autocast dtype when autocast is on, like F.linear would be.
         """
         weight = self._head_weight if self._head_weight is not None else self.weight
-        device = h.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        dtype = _compute_dtype(h)
         h = h.reshape(-1, h.size(-1)).to(dtype)
         return head_cross_entropy(h, weight.to(dtype), targets, self._logits_pool)
 
@@ -180,8 +193,7 @@ class Attention(nn.Module):
         dtype, the masking, softmax and dropout are one fused pass each way.
         """
         B, nh, T, hs = q.shape
-        dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled(q.device.type) \
-            else q.dtype
+        dtype = _compute_dtype(q)
         y: torch.Tensor = _CausalAttention.apply(
             *(t.to(dtype).reshape(B * nh, T, hs) for t in (q, k, v)), self.attn_pdrop, self._pool
         )
@@ -212,16 +224,14 @@ class _CausalAttention(torch.autograd.Function):
         )
         probs, dropped = probs.view(n, T, T), dropped.view(n, T, T)
         ctx.save_for_backward(q, k, v, probs, dropped)
-        ctx.alpha, ctx.seed, ctx.p, ctx.pool, ctx.used = alpha, seed, p, pool, False
+        ctx.alpha, ctx.seed, ctx.p, ctx.pool = alpha, seed, p, pool
         return torch.bmm(dropped, v)
 
     @staticmethod
     def backward(  # type: ignore[override]
         ctx: Any, grad_y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
-        if ctx.used:  # its pooled probabilities may have been reused since
-            raise RuntimeError("attention: backward through the same graph twice")
-        ctx.used = True
+        _backward_once(ctx, "attention")
         q, k, v, probs, dropped = ctx.saved_tensors
         n, T, _ = q.shape
         grad_y = grad_y.to(v.dtype)
@@ -237,28 +247,6 @@ class _CausalAttention(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None
 
 
-class _Gelu(torch.autograd.Function):
-    """tanh-GELU as one fused pass each way (gpt1/cpu_kernels.py)."""
-
-    @staticmethod
-    def forward(ctx: Any, u: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(u)
-        return cpu_kernels.gelu(u)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        (u,) = ctx.saved_tensors
-        return cpu_kernels.gelu_backward(u, grad)
-
-
-def gelu(u: torch.Tensor) -> torch.Tensor:
-    """tanh-approximated GELU (PAPER.md 5): 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))."""
-    if not cpu_kernels.usable(u):
-        return F.gelu(u, approximate="tanh")
-    out: torch.Tensor = _Gelu.apply(u)
-    return out
-
-
 class MLP(nn.Module):
     """Position-wise feed-forward network with tanh-approximated GELU (PAPER.md 5)."""
 
@@ -271,10 +259,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, drop: bool = True) -> torch.Tensor:
         if not (torch.is_grad_enabled() and cpu_kernels.usable(x)):
-            y = self.c_proj(gelu(self.c_fc(x)))
+            # no autograd through the kernel here: either no grad, or torch's F.gelu path
+            y = self.c_proj(cpu_kernels.gelu(self.c_fc(x)))
         else:
-            dtype = (torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu")
-                     else x.dtype)
+            dtype = _compute_dtype(x)
             params = (self.c_fc.weight, self.c_fc.bias, self.c_proj.weight, self.c_proj.bias)
             y = _MLPCore.apply(
                 x.reshape(-1, x.size(-1)).to(dtype), *(t.to(dtype) for t in params), self._pool
@@ -296,14 +284,12 @@ class _MLPCore(torch.autograd.Function):
         u = torch.addmm(b_fc, x, w_fc.t(), out=pool.take(ctx, "u", shape, x.dtype, x.device))
         a = cpu_kernels.gelu(u, out=pool.take(ctx, "a", shape, x.dtype, x.device))
         ctx.save_for_backward(x, w_fc, w_proj, u, a)
-        ctx.pool, ctx.used = pool, False
+        ctx.pool = pool
         return torch.addmm(b_proj, a, w_proj.t())
 
     @staticmethod
     def backward(ctx: Any, grad_y: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        if ctx.used:  # its pooled intermediates may have been reused since
-            raise RuntimeError("MLP: backward through the same graph twice")
-        ctx.used = True
+        _backward_once(ctx, "MLP")
         x, w_fc, w_proj, u, a = ctx.saved_tensors
         grad_y = grad_y.to(a.dtype)
         grad_w_proj = grad_y.t() @ a
@@ -372,14 +358,12 @@ class _AddDropoutLayerNorm(torch.autograd.Function):
             sum_out=pool.take(ctx, "sum", tuple(x.shape), x.dtype, x.device) if grad else None,
         )
         ctx.save_for_backward(s, gamma, mean, rstd)
-        ctx.seed, ctx.p, ctx.f_dtype, ctx.pool, ctx.used = seed, p, f.dtype, pool, False
+        ctx.seed, ctx.p, ctx.f_dtype, ctx.pool = seed, p, f.dtype, pool
         return h
 
     @staticmethod
     def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
-        if ctx.used:  # its pooled sum may have been reused since
-            raise RuntimeError("LayerNorm: backward through the same graph twice")
-        ctx.used = True
+        _backward_once(ctx, "LayerNorm")
         s, gamma, mean, rstd = ctx.saved_tensors
         dx, df, dgamma, dbeta = cpu_kernels.add_dropout_layer_norm_backward(
             grad_h, s, gamma, mean, rstd, ctx.seed, ctx.p, ctx.f_dtype
