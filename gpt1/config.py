@@ -87,7 +87,7 @@ class DataCfg(Section):
 
 
 class CleanCfg(Section):
-    """Text cleaning (PAPER.md 5: ftfy, punctuation/whitespace standardisation, spaCy tokens)."""
+    """Text cleaning (spec §5: ftfy, punctuation/whitespace standardisation, spaCy tokens)."""
 
     strip_gutenberg: bool
     """Remove Project Gutenberg header/licence and footer when the markers are present."""
@@ -114,7 +114,7 @@ class ChecksCfg(Section):
 
 
 class BpeCfg(Section):
-    """Byte-pair encoding (PAPER.md 1 and 5: 40,000 merges, lower-cased, `</w>`)."""
+    """Byte-pair encoding (spec §1 and 5: 40,000 merges, lower-cased, `</w>`)."""
 
     n_merges: PosInt
     """Number of BPE merges learned (paper: 40,000)."""
@@ -123,7 +123,7 @@ class BpeCfg(Section):
     lowercase: bool
     end_of_word_suffix: str
     special_tokens: StrTuple
-    """Appended after the vocabulary in this order (PAPER.md 5)."""
+    """Appended after the vocabulary in this order (spec §5)."""
 
 
 class ShardCfg(Section):
@@ -137,10 +137,10 @@ class ShardCfg(Section):
 
 
 class ModelCfg(Section):
-    """GPT-1 Transformer (PAPER.md 1). Field names follow transformers' OpenAIGPTConfig."""
+    """GPT-1 Transformer (spec §1). Field names follow transformers' OpenAIGPTConfig."""
 
     arch: Literal["gpt1", "gpt2"]
-    """gpt1 = post-LN (paper); gpt2 = pre-LN plus final LayerNorm (PAPER.md 4)."""
+    """gpt1 = post-LN (paper); gpt2 = pre-LN plus final LayerNorm (spec §4)."""
     n_positions: PosInt
     """Context window k in tokens."""
     n_embd: PosInt
@@ -149,7 +149,7 @@ class ModelCfg(Section):
     n_inner: PosInt
     """Position-wise feed-forward width (paper: 3072)."""
     afn: Literal["gelu"]
-    """tanh-approximated GELU (PAPER.md 5)."""
+    """tanh-approximated GELU (spec §5)."""
     resid_pdrop: Prob
     embd_pdrop: Prob
     attn_pdrop: Prob
@@ -181,7 +181,7 @@ class LstmCfg(Section):
 
 
 class PretrainCfg(Section):
-    """Unsupervised pre-training (PAPER.md 1)."""
+    """Unsupervised pre-training (spec §1)."""
 
     lr_max: PosFloat
     warmup_steps: NonNegInt
@@ -237,7 +237,7 @@ class TaskOverride(Section):
 
 
 class FinetuneCfg(Section):
-    """Supervised fine-tuning (PAPER.md 2)."""
+    """Supervised fine-tuning (spec §2)."""
 
     tasks: StrTuple
     lr: PosFloat
@@ -259,7 +259,7 @@ class FinetuneCfg(Section):
 
 
 class TasksCfg(Section):
-    """Canonical task tables (gpt1/tasks): carved-out splits and input truncation (PAPER.md 5)."""
+    """Canonical task tables (gpt1/tasks): carved-out splits and input truncation (spec §5)."""
 
     carve_seed: NonNegInt
     """Seed of every carved-out split (fixed apart from the training seeds)."""
@@ -270,10 +270,10 @@ class TasksCfg(Section):
     """Fraction carved out as the reported test split when the mirror has a single labelled
     file for the task (SciTail: only the official test)."""
     dev_examples: dict[str, PosInt]
-    """Fixed dev size per task, overriding dev_frac (story_cloze: 374, PAPER.md 5)."""
+    """Fixed dev size per task, overriding dev_frac (story_cloze: 374, spec §5)."""
     truncation: Literal["half", "longest_first"]
     """half: each of the two segments cut to n_ctx // 2 - 2 tokens (original release,
-    PAPER.md 5); longest_first: cut the longer segment until the sequence fits n_ctx."""
+    spec §5); longest_first: cut the longer segment until the sequence fits n_ctx."""
     truncate_keep: Literal["head", "tail"]
     """Which end of an over-long segment is kept (original: head, `ctx[:max_len]`). In a
     multiple-choice context the question is kept whole and the passage is cut."""
@@ -324,7 +324,7 @@ class OrchestrateCfg(Section):
 
 
 class AblationPreset(Section):
-    """One Table 5 row: the finetune stage with these overrides (PAPER.md 3, Table 5)."""
+    """One Table 5 row: the finetune stage with these overrides (spec §3, Table 5)."""
 
     body: Literal["transformer", "lstm"]
     """Pre-trained network fine-tuned: the Transformer (paths.checkpoints) or the LSTM LM
@@ -336,7 +336,7 @@ class AblationPreset(Section):
 
 
 class AblationsCfg(Section):
-    """Table 5 ablations: the same finetune stage over variants x tasks (PAPER.md 3)."""
+    """Table 5 ablations: the same finetune stage over variants x tasks (spec §3)."""
 
     tasks: StrTuple
     """Tasks of Table 5 (paper: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE)."""
@@ -353,7 +353,7 @@ class AblationsCfg(Section):
 
 
 class LayersCfg(Section):
-    """Figure 2 left: fine-tune after transferring the embeddings + first k blocks (PAPER.md 3)."""
+    """Figure 2 left: fine-tune after transferring the embeddings + first k blocks (spec §3)."""
 
     tasks: StrTuple
     """Tasks of the study (paper: MultiNLI, RACE)."""
@@ -379,7 +379,7 @@ class ZeroShotTask(Section):
 
 
 class ZeroShotCfg(Section):
-    """Figure 2 right: LM-only heuristics on log-spaced pre-training checkpoints (PAPER.md 3)."""
+    """Figure 2 right: LM-only heuristics on log-spaced pre-training checkpoints (spec §3)."""
 
     tasks: StrTuple
     """Subset of sst2, cola, race, dprd."""
@@ -414,10 +414,10 @@ class ZeroShotCfg(Section):
 
 
 class ReportCfg(Section):
-    """Report stage: the paper's Tables 2-5 beside ours, and Figure 2 (PAPER.md 3)."""
+    """Report stage: the paper's Tables 2-5 beside ours, and Figure 2 (spec §3)."""
 
     paper: dict[str, dict[str, float]]
-    """table2 / table3 / table4: column -> the paper's number, exactly as PAPER.md 3."""
+    """table2 / table3 / table4: column -> the paper's number, exactly as spec §3."""
     paper_ablations: dict[str, dict[str, float]]
     """Table 5: ablation variant (`full` = finetune) -> column (and Avg) -> paper number."""
     row_labels: dict[str, str]

@@ -232,7 +232,7 @@ def _out(like: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
 
 
 def gelu(u: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """tanh-approximated GELU (PAPER.md 5), into `out` when given."""
+    """tanh-approximated GELU (spec §5), into `out` when given."""
     u = u.contiguous()
     lib = library()
     if lib is None or not usable(u):

@@ -1,4 +1,4 @@
-"""Scores by name (sklearn / scipy): acc, f1, mcc, pearson, spearman (PAPER.md 3, Table 1).
+"""Scores by name (sklearn / scipy): acc, f1, mcc, pearson, spearman (spec §3, Table 1).
 
 `score_split` turns a task's predictions into the named scores of the metrics JSON (with the
 task's renames, e.g. MNLI acc -> acc_matched, and per-group scores, e.g. RACE acc_middle);

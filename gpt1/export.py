@@ -5,7 +5,7 @@ as (in, out), so ours are transposed), and the tokenizer: tokenizer.json (our ex
 vocab.json + merges.txt (OpenAIGPTTokenizer's slow-format files) and the three special tokens.
 `OpenAIGPTLMHeadModel.from_pretrained(OUT_DIR)` loads it offline and gives our logits
 (tests/unit/test_export.py). Inputs must be standardized text (gpt1.data.clean), as for our
-own tokenizer: transformers' tokenizer does not run ftfy/spaCy (PAPER.md 5).
+own tokenizer: transformers' tokenizer does not run ftfy/spaCy (spec §5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ONE supervised fine-tuning loop for every TaskSpec (PAPER.md 2, parity notes PAPER.md 5).
+"""ONE supervised fine-tuning loop for every TaskSpec (spec §2, parity notes spec §5).
 
 Loss: mean(classifier loss) + lm_coef * mean(LM loss) with the LM loss masked to real tokens,
 averaged per sequence, then over the batch. Adam(W) with warm-up then linear decay, gradient
@@ -70,7 +70,7 @@ class Hparams:
 
 def resolve_hparams(params: Params, task: str) -> Hparams:
     """params.finetune with the task's overrides; optimiser settings reused from pre-training
-    (PAPER.md 2: "all pre-training hyper-parameters unless stated")."""
+    (spec §2: "all pre-training hyper-parameters unless stated")."""
     ft, pt = params.finetune, params.pretrain
     over = ft.overrides.get(task)
 
@@ -161,7 +161,7 @@ def clf_loss(spec: TaskSpec, out: torch.Tensor, labels: torch.Tensor) -> torch.T
 
 def make_loss_fn(spec: TaskSpec, lm_coef: float) -> Callable[[nn.Module, Any], torch.Tensor]:
     """loss_fn(model, batch) for train_step (which adds autocast): mean(clf) + lm_coef *
-    mean(lm) (PAPER.md 5; lm_coef = 0 disables the auxiliary LM loss)."""
+    mean(lm) (spec §5; lm_coef = 0 disables the auxiliary LM loss)."""
 
     def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
         idx, lengths, labels = batch

@@ -1,8 +1,8 @@
-"""The one task head (PAPER.md 2): a linear layer on the final state at `_classify_`.
+"""The one task head (spec §2): a linear layer on the final state at `_classify_`.
 
 classify / entail: logits = W h;  similarity: logits = W (h_AB + h_BA) (both orders summed);
 choice: one scalar W h_k per answer, softmax over the answers, with the classifier-dropout
-mask shared across the answers of one example (PAPER.md 5). Works on any body with
+mask shared across the answers of one example (spec §5). Works on any body with
 forward(idx) -> (B, T, C) hidden states and lm_logits(h) (GPT or the LSTM baseline).
 """
 
@@ -38,15 +38,15 @@ class TaskHead(nn.Module):
         self.regression = spec.regression
         self.pdrop = pdrop
         self.linear = nn.Linear(n_embd, spec.n_outputs)
-        nn.init.normal_(self.linear.weight, 0.0, init_std)  # PAPER.md 1: N(0, 0.02)
+        nn.init.normal_(self.linear.weight, 0.0, init_std)  # spec §1: N(0, 0.02)
         nn.init.zeros_(self.linear.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """(B, K, C) -> (B, n_labels) class logits, (B, K) choice logits or (B,) scores."""
         if self.fmt == "similarity":
-            h = h.sum(dim=1, keepdim=True)  # PAPER.md 2: both orders added element-wise (B, 1, C)
+            h = h.sum(dim=1, keepdim=True)  # spec §2: both orders added element-wise (B, 1, C)
         if self.training and self.pdrop > 0:
-            # One mask per example, broadcast over its K sequences (PAPER.md 5).
+            # One mask per example, broadcast over its K sequences (spec §5).
             keep = torch.ones_like(h[:, :1, :])  # (B, 1, C)
             h = h * F.dropout(keep, self.pdrop, training=True)
         out = self.linear(h)  # (B, K, n_outputs)

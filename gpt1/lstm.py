@@ -1,4 +1,4 @@
-"""LSTM language model for the Table 5 / Figure 2 ablation (PAPER.md 3: one layer, 2048 units).
+"""LSTM language model for the Table 5 / Figure 2 ablation (spec §3: one layer, 2048 units).
 
 Same contract as gpt1.model.GPT (`forward(idx) -> (B, T, C)`, `lm_logits(h) -> (B, T, V)`) and
 the same tied embedding / output layer code, so pre-training, fine-tuning and the zero-shot

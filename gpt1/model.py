@@ -1,8 +1,8 @@
-"""GPT-1 decoder-only Transformer in pure torch (PAPER.md 1 and 5).
+"""GPT-1 decoder-only Transformer in pure torch (spec §1 and 5).
 
 Post-LN blocks, tanh-GELU, learned positions, output layer tied to the token embedding,
 N(0, 0.02) init with zero biases. `model.arch: gpt2` switches to pre-LN blocks plus a final
-LayerNorm (PAPER.md 4). Parameter names follow transformers' OpenAIGPTModel so export is a
+LayerNorm (spec §4). Parameter names follow transformers' OpenAIGPTModel so export is a
 rename-free transpose (gpt1/export.py).
 """
 
@@ -107,7 +107,7 @@ class _TiedLookup(torch.autograd.Function):
 
 
 class TiedEmbedding(nn.Module):
-    """Token embedding We shared by the input lookup and the output layer (PAPER.md 1).
+    """Token embedding We shared by the input lookup and the output layer (spec §1).
 
     `embd_dropout = "matrix"` drops entries of We itself (the original TF release), so the
     tied output layer sees the same dropped matrix as the lookup in that forward pass;
@@ -127,7 +127,7 @@ class TiedEmbedding(nn.Module):
         weight = self.weight
         self._head_weight = None
         if self.mode == "matrix" and self.training:
-            weight = self.drop(weight)  # PAPER.md 5: one mask on We per forward pass
+            weight = self.drop(weight)  # spec §5: one mask on We per forward pass
             self._head_weight = weight
         device = idx.device.type
         if (
@@ -139,7 +139,7 @@ class TiedEmbedding(nn.Module):
         return F.embedding(idx, weight)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """(B, T, C) hidden states -> (B, T, V) logits: softmax(h We^T) (PAPER.md 1)."""
+        """(B, T, C) hidden states -> (B, T, V) logits: softmax(h We^T) (spec §1)."""
         weight = self._head_weight if self._head_weight is not None else self.weight
         return F.linear(h, weight)
 
@@ -157,7 +157,7 @@ class TiedEmbedding(nn.Module):
 
 
 class Attention(nn.Module):
-    """Masked multi-head self-attention, scaled by 1/sqrt(d_head) (PAPER.md 5)."""
+    """Masked multi-head self-attention, scaled by 1/sqrt(d_head) (spec §5)."""
 
     def __init__(self, cfg: ModelCfg) -> None:
         super().__init__()
@@ -186,7 +186,7 @@ class Attention(nn.Module):
     def _attend_with_dropout(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        """Causal softmax attention with dropout on the probabilities (PAPER.md 1).
+        """Causal softmax attention with dropout on the probabilities (spec §1).
 
         On CPU, SDPA with dropout_p > 0 falls back to an unfused path about 3.5x slower than
         this (attention forward + backward, bench config); the matmuls run in the autocast
@@ -248,7 +248,7 @@ class _CausalAttention(torch.autograd.Function):
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward network with tanh-approximated GELU (PAPER.md 5)."""
+    """Position-wise feed-forward network with tanh-approximated GELU (spec §5)."""
 
     def __init__(self, cfg: ModelCfg) -> None:
         super().__init__()
@@ -305,7 +305,7 @@ class _MLPCore(torch.autograd.Function):
 
 
 class Block(nn.Module):
-    """One decoder block. gpt1: post-LN (PAPER.md 5), unlike nanoGPT's pre-LN; gpt2: pre-LN."""
+    """One decoder block. gpt1: post-LN (spec §5), unlike nanoGPT's pre-LN; gpt2: pre-LN."""
 
     def __init__(self, cfg: ModelCfg) -> None:
         super().__init__()
@@ -317,7 +317,7 @@ class Block(nn.Module):
         self._pools = (ScratchPool(), ScratchPool())  # one per fused add + LayerNorm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.pre_ln:  # PAPER.md 4 (GPT-2): x + f(LN(x))
+        if self.pre_ln:  # spec §4 (GPT-2): x + f(LN(x))
             x = x + self.attn(self.ln_1(x))
             return x + self.mlp(self.ln_2(x))
         if x.dtype == torch.float32 and cpu_kernels.usable(x):  # one fused pass per junction
@@ -325,7 +325,7 @@ class Block(nn.Module):
                                        self.attn.resid_drop, self._pools[0])
             return add_dropout_layer_norm(n, self.mlp(n, drop=False), self.ln_2, self.mlp.drop,
                                           self._pools[1])
-        n = self.ln_1(x + self.attn(x))  # PAPER.md 5: n = LN(x + attn(x))
+        n = self.ln_1(x + self.attn(x))  # spec §5: n = LN(x + attn(x))
         return self.ln_2(n + self.mlp(n))  # h = LN(n + mlp(n))
 
 
@@ -374,7 +374,7 @@ class _AddDropoutLayerNorm(torch.autograd.Function):
 
 class GPT(nn.Module):
     """GPT-1 language model. `vocab_size` includes the 3 special tokens appended after the BPE
-    vocabulary (PAPER.md 5)."""
+    vocabulary (spec §5)."""
 
     def __init__(self, cfg: ModelCfg, vocab_size: int) -> None:
         super().__init__()
@@ -382,18 +382,18 @@ class GPT(nn.Module):
         self.vocab_size = vocab_size
         self.n_embd = cfg.n_embd
         self.tokens_embed = TiedEmbedding(vocab_size, cfg.n_embd, cfg.embd_pdrop, cfg.embd_dropout)
-        # PAPER.md 1: learned position embeddings (h0 = U We + Wp), not sinusoidal
+        # spec §1: learned position embeddings (h0 = U We + Wp), not sinusoidal
         self.positions_embed = nn.Embedding(cfg.n_positions, cfg.n_embd)
         self.drop = Dropout(cfg.embd_pdrop)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        # PAPER.md 4: GPT-2 adds a final LayerNorm after the last (pre-LN) block
+        # spec §4: GPT-2 adds a final LayerNorm after the last (pre-LN) block
         self.ln_f: nn.LayerNorm | None = None
         if cfg.arch == "gpt2":
             self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """PAPER.md 1: every weight N(0, initializer_range), biases 0, LayerNorm gains 1."""
+        """spec §1: every weight N(0, initializer_range), biases 0, LayerNorm gains 1."""
         std = self.cfg.initializer_range
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -412,7 +412,7 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {T} tokens exceeds n_positions={self.cfg.n_positions}")
         pos = self.positions_embed.weight[:T]
         if self.tokens_embed.mode == "matrix":
-            # PAPER.md 5: the original keeps positions in the same (dropped) matrix as We
+            # spec §5: the original keeps positions in the same (dropped) matrix as We
             pos = self.tokens_embed.drop(pos)
             x = self.tokens_embed.embed(idx) + pos  # (B, T, C)
         else:
@@ -566,7 +566,7 @@ def transfer_weights(
 ) -> list[str]:
     """Copy the embeddings (tokens + positions) and the first k blocks (None = all) into dst.
 
-    Figure 2 left (PAPER.md 3): the remaining blocks keep their random init. With every block
+    Figure 2 left (spec §3): the remaining blocks keep their random init. With every block
     transferred the final LayerNorm (gpt2 arch) is copied too. Returns the copied keys.
     """
     n_layer = len(dst.h)

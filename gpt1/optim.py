@@ -1,6 +1,6 @@
 """Adam with decoupled weight decay on rank > 1 tensors, and the learning-rate schedules.
 
-PAPER.md 1 and 5: Adam (beta, eps from params), modified L2 (Loshchilov & Hutter) w = 0.01 on
+spec §1 and 5: Adam (beta, eps from params), modified L2 (Loshchilov & Hutter) w = 0.01 on
 all non-bias, non-gain weights; linear warm-up then cosine annealing to 0 (pre-training) or
 linear decay to 0 (fine-tuning, `warmup_linear` of the original release).
 """

@@ -1,4 +1,4 @@
-"""Metrics JSON -> reports/report.md (Tables 2-5 beside the paper's) and Figure 2 (PAPER.md 3).
+"""Metrics JSON -> reports/report.md (Tables 2-5 beside the paper's) and Figure 2 (spec §3).
 
 Inputs are the metrics files of the pipeline, read by name from paths.metrics:
 finetune_<task>.json (Tables 2-4, Table 5 `full` row), ablation_<variant>_<task>.json

@@ -8,13 +8,30 @@ and the Prefect flow.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic
-from gpt1.config import Params
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from gpt1 import atomic, bpe, checkpoint, tracking, train
+from gpt1 import report as rep
+from gpt1 import zeroshot as zs
+from gpt1.config import Params, parse_params
+from gpt1.data import checks, clean, shards, sources
 from gpt1.errors import Gpt1Error
+from gpt1.evaluate import aggregate
+from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
+from gpt1.lstm import lstm_flops_per_token
+from gpt1.model import flops_per_token
+from gpt1.tasks import formats, load
+from gpt1.tasks.registry import TASKS
+from gpt1.train import autocast_for, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +45,6 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
 
 def _read_corpus(params: Params) -> Any:
     """The cleaned corpus parquet as a DataFrame (Gpt1Error when missing or unreadable)."""
-    import pandas as pd
-
     path = Path(params.paths.clean_corpus)
     if not path.is_file():
         raise Gpt1Error("missing; run the clean_corpus stage first", path)
@@ -41,8 +56,6 @@ def _read_corpus(params: Params) -> Any:
 
 def download_corpus(params: Params) -> dict[str, Any]:
     """Resolve the raw corpus (mirror read in place, or the hub) and write its manifest."""
-    from gpt1.data import sources
-
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
                "bytes": sum(f["bytes"] for f in manifest["files"])}
@@ -52,8 +65,6 @@ def download_corpus(params: Params) -> dict[str, Any]:
 
 def clean_corpus(params: Params) -> dict[str, Any]:
     """Raw documents -> cleaned, standardized corpus parquet; stats as the stage metrics."""
-    from gpt1.data import clean, sources
-
     docs = sources.raw_documents(sources.read_manifest(params.paths.raw))
     kept, stats = clean.clean_documents(docs, params.clean)
     if not kept:
@@ -69,8 +80,6 @@ def clean_corpus(params: Params) -> dict[str, Any]:
 
 def check_corpus(params: Params) -> dict[str, Any]:
     """great-expectations gate over the cleaned corpus; fails the stage on any violation."""
-    from gpt1.data import checks
-
     report = checks.check_corpus(_read_corpus(params), params.checks)
     atomic.write_json(params.paths.corpus_checks, report)
     metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed")}
@@ -81,11 +90,7 @@ def check_corpus(params: Params) -> dict[str, Any]:
 
 
 def train_bpe(params: Params) -> dict[str, Any]:
-    """Learn the BPE vocabulary on the cleaned corpus (PAPER.md 1, 5)."""
-    import time
-
-    from gpt1 import bpe
-
+    """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
     texts = _read_corpus(params)["text"].tolist()
     start = time.perf_counter()
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
@@ -97,11 +102,6 @@ def train_bpe(params: Params) -> dict[str, Any]:
 
 def shard_corpus(params: Params) -> dict[str, Any]:
     """Encode the cleaned corpus into train/val token shards, split by document."""
-    import time
-
-    from gpt1 import bpe
-    from gpt1.data import shards
-
     corpus = _read_corpus(params)
     tok = bpe.load_bpe(params.paths.tokenizer)
     start = time.perf_counter()
@@ -122,7 +122,7 @@ def shard_corpus(params: Params) -> dict[str, Any]:
 
 
 def pretrain(params: Params) -> dict[str, Any]:
-    """Pre-train the Transformer LM on the token shards (PAPER.md 1); resumes if interrupted."""
+    """Pre-train the Transformer LM on the token shards (spec §1); resumes if interrupted."""
     return _pretrain(params, "pretrain", "gpt", params.paths.checkpoints)
 
 
@@ -132,15 +132,6 @@ def pretrain_lstm(params: Params) -> dict[str, Any]:
 
 
 def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, Any]:
-    import os
-
-    import torch
-
-    from gpt1 import bpe, checkpoint, tracking, train
-    from gpt1.data import shards
-    from gpt1.lstm import lstm_flops_per_token
-    from gpt1.model import flops_per_token
-
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
@@ -167,8 +158,6 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
 
 
 def _task_spec(params: Params, task: str) -> Any:
-    from gpt1.tasks.registry import TASKS
-
     if task not in params.finetune.tasks or task not in TASKS:
         raise Gpt1Error(f"unknown task {task!r}; finetune.tasks = {list(params.finetune.tasks)}")
     return TASKS[task]
@@ -176,8 +165,6 @@ def _task_spec(params: Params, task: str) -> Any:
 
 def prepare_task(params: Params, task: str) -> dict[str, Any]:
     """Mirror (or hub) files -> validated canonical train/dev/test tables of one task."""
-    from gpt1.tasks import load
-
     spec = _task_spec(params, task)
     mirror = params.paths.mirror_dir
     tables = load.load_task(spec, params.tasks, mirror)
@@ -201,10 +188,6 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     own params (e.g. finetune.lm_coef=0, init=scratch) and variant name. Writes predictions to
     <paths.finetuned>[/<variant>]/<task> and the metrics JSON finetune[_<variant>]_<task>.json.
     """
-    from gpt1 import bpe, checkpoint, tracking
-    from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
-    from gpt1.tasks import formats, load
-
     spec = _task_spec(params, task)
     tok = bpe.load_bpe(params.paths.tokenizer)
     hp = resolve_hparams(params, task)
@@ -269,8 +252,6 @@ def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: st
 
 def _override(params: Params, **sections: dict[str, Any]) -> Params:
     """params with some keys of some sections replaced, validated again like a params file."""
-    from gpt1.config import parse_params
-
     raw = params.as_dict()
     for section, values in sections.items():
         raw[section] = {**raw[section], **values}
@@ -314,12 +295,6 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
     The selected epoch's dev accuracy, and its train accuracy on a seeded sample of the very
     rows it was trained on (scored as the run's `test` split: tables derived in the run dir).
     """
-    import json
-
-    from gpt1.evaluate import aggregate
-    from gpt1.finetune import cap_table, resolve_hparams
-    from gpt1.tasks import load
-
     if task not in params.layers.tasks or not 0 <= layers <= params.model.n_layer:
         raise Gpt1Error(f"{task!r} / {layers} layers: not in layers.tasks "
                         f"{list(params.layers.tasks)} or outside 0..{params.model.n_layer}")
@@ -361,14 +336,6 @@ def zeroshot_lstm(params: Params) -> dict[str, Any]:
 
 
 def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict[str, Any]:
-    import torch
-    from tqdm import tqdm
-
-    from gpt1 import bpe, checkpoint, tracking
-    from gpt1 import zeroshot as zs
-    from gpt1.tasks import formats, load
-    from gpt1.train import autocast_for, resolve_precision
-
     cfg = params.zeroshot
     tok = bpe.load_bpe(params.paths.tokenizer)
     tables = {t: load.read_tables(Path(params.paths.tasks) / t) for t in cfg.tasks if t != "dprd"}
@@ -403,9 +370,6 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
 
 def report(params: Params) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
-    from gpt1 import report as rep
-    from gpt1 import tracking
-
     metrics = rep.read_metrics(params.paths.metrics)
     expected = {f"finetune_{v}_{t}": ablation_params(params, v).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks}

@@ -1,4 +1,4 @@
-"""Training step and the pre-training loop (PAPER.md 1): resumable, data-parallel, native bf16.
+"""Training step and the pre-training loop (spec §1): resumable, data-parallel, native bf16.
 
 `train_step` (accumulate, clip, step) is shared with fine-tuning. `pretrain` runs
 `for step in range(start, total_steps)` over seeded windows of the token shards, evaluates,

@@ -1,4 +1,4 @@
-"""Zero-shot heuristics over a language model (PAPER.md 3, Figure 2 right).
+"""Zero-shot heuristics over a language model (spec §3, Figure 2 right).
 
 Every heuristic is a choice between (prefix, continuation) pairs scored by the LM alone:
 - SST-2: prefix = sentence + "very"; continuations "negative" / "positive"; the word with the

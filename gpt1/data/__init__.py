@@ -1,4 +1,4 @@
-"""Data stages of the pipeline: sources (download), clean, checks, shards (PAPER.md 1, 5)."""
+"""Data stages of the pipeline: sources (download), clean, checks, shards (spec §1, 5)."""
 
 from __future__ import annotations
 

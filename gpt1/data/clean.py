@@ -1,4 +1,4 @@
-"""Corpus cleaning and the original text standardisation (PAPER.md 1 "text cleaning", 5).
+"""Corpus cleaning and the original text standardisation (spec §1 "text cleaning", 5).
 
 `standardize_text` is the original encoder's front end (ftfy -> punctuation/whitespace
 standardisation -> spaCy tokens) and is shared by the corpus and the task texts.
@@ -29,7 +29,7 @@ from gpt1.errors import Gpt1Error
 
 log = logging.getLogger(__name__)
 
-# PAPER.md 5, from the original release's text_standardize().
+# spec §5, from the original release's text_standardize().
 _DASHES = str.maketrans({"—": "-", "–": "-", "―": "-", "´": "'"})
 _PUNCT = re.compile(r"""(-+|~+|!+|"+|;+|\?+|\++|,+|\)+|\(+|\\+|/+|\*+|\[+|\]+|}+|{+|\|+|_+)""")
 _NEWLINE = re.compile(r"\s*\n\s*")
@@ -53,7 +53,7 @@ def _tokenizer() -> Any:
 
 
 def _standardize_punct(text: str) -> str:
-    """ftfy, then the original punctuation and whitespace standardisation (PAPER.md 5)."""
+    """ftfy, then the original punctuation and whitespace standardisation (spec §5)."""
     text = ftfy.fix_text(text).translate(_DASHES).replace("…", "...")
     text = _PUNCT.sub(r" \1 ", text)
     text = _NEWLINE.sub(" \n ", text)
@@ -76,7 +76,7 @@ def standardize_texts(texts: Sequence[str]) -> list[str]:
 
 
 def standardize_text(text: str) -> str:
-    """ftfy -> PAPER.md 5 standardisation -> spaCy tokens joined by single spaces.
+    """ftfy -> spec §5 standardisation -> spaCy tokens joined by single spaces.
 
     Newlines survive as "\\n" tokens. Lower-casing is left to the BPE tokenizer.
     """

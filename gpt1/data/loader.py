@@ -1,4 +1,4 @@
-"""Contiguous training windows from the token shards (PAPER.md 1: "randomly sampled contiguous
+"""Contiguous training windows from the token shards (spec §1: "randomly sampled contiguous
 sequences of 512 tokens").
 
 Stateless and seeded: the i-th sequence of the whole run is a pure function of (seed, i), so

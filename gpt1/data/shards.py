@@ -1,4 +1,4 @@
-"""Versioned binary token shards (the pre-training input, PAPER.md 1).
+"""Versioned binary token shards (the pre-training input, spec §1).
 
 Each shard is a fixed 128-byte header (magic, format version, dtype, token count, sha256 of
 the tokenizer file) followed by the token ids, little-endian uint16 when the vocabulary fits,

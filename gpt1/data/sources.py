@@ -1,4 +1,4 @@
-"""Raw corpus sources: a local mirror read in place, or the Hugging Face hub (PAPER.md 1).
+"""Raw corpus sources: a local mirror read in place, or the Hugging Face hub (spec §1).
 
 `download_corpus` records every raw input (name, bytes, sha256) in a manifest; hub documents
 are streamed (`datasets.load_dataset(..., streaming=True)`, capped by data.max_documents),

@@ -1,4 +1,4 @@
-"""The four task-aware input transformations (PAPER.md 2 table, parity notes in PAPER.md 5).
+"""The four task-aware input transformations (spec §2 table, parity notes in spec §5).
 
 classify:   [start] text [classify]
 entail:     [start] premise [delim] hypothesis [classify]
@@ -7,7 +7,7 @@ similarity: [start] A [delim] B [classify]  and  [start] B [delim] A [classify]
 choice:     per answer k: [start] context question [delim] answer_k [classify]
             (one scalar per answer, softmax over the answers)
 Texts are standardised (gpt1.data.clean) and BPE-encoded before the layout; truncation follows
-params.tasks (PAPER.md 5: `ctx[:max_len]`, `answer[:max_len]`, max_len = n_ctx // 2 - 2).
+params.tasks (spec §5: `ctx[:max_len]`, `answer[:max_len]`, max_len = n_ctx // 2 - 2).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from gpt1.data.clean import standardize_texts
 from gpt1.tasks.registry import TaskSpec
 
 Encode = Callable[[list[str]], list[list[int]]]
@@ -29,7 +30,7 @@ Keep = Literal["head", "tail"]
 
 @dataclass(frozen=True)
 class Specials:
-    """Ids of the three special tokens appended after the BPE vocabulary (PAPER.md 5)."""
+    """Ids of the three special tokens appended after the BPE vocabulary (spec §5)."""
 
     start: int
     delimiter: int
@@ -90,7 +91,7 @@ def fit_parts(parts: Sequence[list[int]], n: int, keep: Keep) -> list[int]:
 def fit_lengths(len_a: int, len_b: int, tr: Truncation) -> tuple[int, int]:
     """Token budget of the two segments of `[start] A [delim] B [classify]`; symmetric in A, B.
 
-    half (PAPER.md 5): each segment capped at n_ctx // 2 - 2. longest_first: the longer segment
+    half (spec §5): each segment capped at n_ctx // 2 - 2. longest_first: the longer segment
     is cut until the sequence fits (equal caps when both are long).
     """
     if tr.rule == "half":
@@ -122,7 +123,7 @@ def pair_layout(a_parts: Sequence[list[int]], b: list[int], sp: Specials, tr: Tr
 
 def similarity_layout(a: list[int], b: list[int], sp: Specials, tr: Truncation,
                       ) -> tuple[list[list[int]], bool]:
-    """Both orders (PAPER.md 2, 3.3); one truncation for both, so swapping A and B swaps them."""
+    """Both orders (spec §2, 3.3); one truncation for both, so swapping A and B swaps them."""
     ta, tb = fit_lengths(len(a), len(b), tr)
     a2, b2 = _cut(a, ta, tr.keep), _cut(b, tb, tr.keep)
     return ([[sp.start, *a2, sp.delimiter, *b2, sp.classify],
@@ -132,7 +133,7 @@ def similarity_layout(a: list[int], b: list[int], sp: Specials, tr: Truncation,
 
 def choice_layout(context: Sequence[list[int]], answers: Sequence[list[int]], sp: Specials,
                   tr: Truncation) -> tuple[list[list[int]], bool]:
-    """One `[start] context [delim] answer_k [classify]` per answer (PAPER.md 5)."""
+    """One `[start] context [delim] answer_k [classify]` per answer (spec §5)."""
     out = [pair_layout(context, ans, sp, tr) for ans in answers]
     return [s for s, _ in out], any(t for _, t in out)
 
@@ -173,9 +174,7 @@ def specials_of(bpe: Any) -> Specials:
 
 
 def text_encoder(bpe: Any) -> Encode:
-    """Task text -> ids exactly as the corpus was encoded: standardise (PAPER.md 5), then BPE."""
-    from gpt1.data.clean import standardize_texts
-
+    """Task text -> ids exactly as the corpus was encoded: standardise (spec §5), then BPE."""
     def encode(texts: list[str]) -> list[list[int]]:
         return [list(x) for x in bpe.encode_batch(standardize_texts(texts))]
 

@@ -24,6 +24,7 @@ import pandas as pd
 from gpt1 import atomic
 from gpt1.config import TasksCfg
 from gpt1.errors import Gpt1Error
+from gpt1.tasks.gate import check_task_table
 from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -462,8 +463,6 @@ def read_tables(task_dir: str | Path) -> Tables:
 def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path) -> dict[str, Any]:
     """Run the task's great-expectations suite on every split; the first violation raises a
     Gpt1Error naming the file and line it came from (base = the mirror's tasks/ folder)."""
-    from gpt1.data.checks import check_task_table
-
     report = {}
     for split in SPLITS:
         rep = check_task_table(tables[split], spec)

@@ -1,6 +1,6 @@
 """The 12 fine-tuning tasks of Radford et al. (2018), Table 1, as one table (STYLE.md B7).
 
-Every task is a row: its input family (PAPER.md 2: classification, entailment, similarity,
+Every task is a row: its input family (spec §2: classification, entailment, similarity,
 multiple choice), label set, metrics, where each canonical split comes from in the mirror,
 and the hub source. Per-dataset quirks live in gpt1/tasks/load.py, the four input
 transformations in gpt1/tasks/formats.py; one head, one loop and one scorer serve all rows.

@@ -1,4 +1,4 @@
-"""BPE (PAPER.md 1, 5): exactly n_merges merges, </w>, lower-case, specials last, reproducible."""
+"""BPE (spec §1, 5): exactly n_merges merges, </w>, lower-case, specials last, reproducible."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cleaning: PAPER.md 5 standardisation, Gutenberg stripping, unusable files (A7), duplicates."""
+"""Cleaning: spec §5 standardisation, Gutenberg stripping, unusable files (A7), duplicates."""
 
 from __future__ import annotations
 

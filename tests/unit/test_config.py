@@ -82,7 +82,7 @@ def test_cli_misspelled_key_exits_nonzero_one_line(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
 
 
-# PAPER.md 1-2, one row per value: (dotted key in configs/paper.yaml, value, how PAPER.md says it).
+# spec §1-2, one row per value: (dotted key in configs/paper.yaml, value, how the spec says it).
 PAPER_VALUES = [
     ("bpe.n_merges", 40000, "40,000 merges"),
     ("bpe.lowercase", True, "lower-cased"),
@@ -124,18 +124,18 @@ def _get(cfg: object, dotted: str) -> object:
     ("key", "value", "paper_text"), PAPER_VALUES, ids=[v[0] for v in PAPER_VALUES]
 )
 def test_paper_preset_holds_paper_md_values(key: str, value: object, paper_text: str) -> None:
-    """A3: each value of PAPER.md 1-2 is in configs/paper.yaml, and PAPER.md says it."""
+    """A3: each value of spec §1-2 is in configs/paper.yaml, and docs/paper.md says it."""
     spec = REPO.parent / "shared" / "PAPER.md"
     assert spec.is_file(), f"{spec}: the spec must sit beside the repo (../shared)"
     text = spec.read_text(encoding="utf-8")
     section = text[text.index("## 1. Pre-training") : text.index("## 3. ")]
-    assert paper_text in section, f"PAPER.md 1-2 no longer says {paper_text!r}"
+    assert paper_text in section, f"spec §1-2 no longer says {paper_text!r}"
     paper = load_params(REPO / "configs" / "paper.yaml")
     assert _get(paper, key) == value
 
 
 def test_paper_preset_special_tokens_and_lstm() -> None:
-    """PAPER.md 5 (parity): the three special tokens follow the vocabulary in this order."""
+    """spec §5 (parity): the three special tokens follow the vocabulary in this order."""
     paper = load_params(REPO / "configs" / "paper.yaml")
     assert list(paper.bpe.special_tokens) == ["_start_", "_delimiter_", "_classify_"]
     assert paper.lstm.hidden_size == 2048 and paper.lstm.n_layer == 1   # Table 5's LSTM

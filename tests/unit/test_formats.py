@@ -52,7 +52,7 @@ def test_choice_layout_one_sequence_per_answer() -> None:
 
 
 def test_half_rule_is_the_original_max_len() -> None:
-    # PAPER.md 5: [start] + ctx[:max_len] + [delim] + answer[:max_len] + [classify],
+    # spec §5: [start] + ctx[:max_len] + [delim] + answer[:max_len] + [classify],
     # max_len = n_ctx // 2 - 2 (here 16 // 2 - 2 = 6).
     ctx, ans = list(range(1, 21)), list(range(30, 40))
     seqs, cut = layout(TASKS["story_cloze"], ctx, [], [ans, [50]], SP, tr(16))

@@ -30,7 +30,7 @@ def test_shapes_and_tied_head(tiny_params, arch):
     assert h.shape == (3, 7, tiny_params.model.n_embd)
     logits = model.lm_logits(h)
     assert logits.shape == (3, 7, 50)
-    # the output layer is the token embedding (PAPER.md 1): no separate head parameter
+    # the output layer is the token embedding (spec §1): no separate head parameter
     torch.testing.assert_close(logits, h @ model.tokens_embed.weight.T)
     names = [n for n, _ in model.named_parameters()]
     assert ("ln_f.weight" in names) == (arch == "gpt2")
@@ -113,7 +113,7 @@ def test_paper_parameter_count_matches_transformers():
         )
         theirs = sum(p.numel() for p in transformers.OpenAIGPTLMHeadModel(hf_cfg).parameters())
     assert abs(ours - theirs) / theirs < 0.01, (ours, theirs)
-    assert 115e6 < ours < 118e6  # PAPER.md 1: ~117M
+    assert 115e6 < ours < 118e6  # spec §1: ~117M
 
 
 def test_transfer_weights_copies_first_k_blocks(tiny_params):

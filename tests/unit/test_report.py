@@ -125,7 +125,7 @@ def test_table_cells_are_seed_statistics(make_params, tmp_path: Path) -> None:
 
 def _paper_tables() -> tuple[dict[str, list[float]], dict[str, dict[str, float]],
                              dict[str, list[str]]]:
-    """PAPER.md 3: task table (dataset -> numbers), Table 5 (method -> column -> number),
+    """spec §3: task table (dataset -> numbers), Table 5 (method -> column -> number),
     and the column lists of 'Tables the report must regenerate'."""
     text = PAPER_MD.read_text(encoding="utf-8")
     tasks: dict[str, list[float]] = {}
