@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from spec_doc import keyed_values, sections, spec_text
 
 from gpt1.config import ParamsError, load_params, parse_params
 
@@ -82,56 +83,76 @@ def test_cli_misspelled_key_exits_nonzero_one_line(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
 
 
-# spec §1-2, one row per value: (dotted key in configs/paper.yaml, value, how the spec says it).
+# spec §1-2 and §5, one row per value the paper preset holds: (dotted key in configs/paper.yaml,
+# the paper's or the original release's value). docs/paper.md's key tables must say the same.
 PAPER_VALUES = [
-    ("bpe.n_merges", 40000, "40,000 merges"),
-    ("bpe.lowercase", True, "lower-cased"),
-    ("bpe.end_of_word_suffix", "</w>", "`</w>`"),
-    ("model.arch", "gpt1", "post-LayerNorm"),
-    ("model.n_layer", 12, "12-layer"),
-    ("model.n_embd", 768, "768-d states"),
-    ("model.n_head", 12, "12 heads"),
-    ("model.n_inner", 3072, "3072-d position-wise FFN"),
-    ("model.n_positions", 512, "k = 512"),
-    ("model.afn", "gelu", "GELU"),
-    ("model.initializer_range", 0.02, "N(0, 0.02)"),
-    ("model.resid_pdrop", 0.1, "residual, embedding and attention dropout 0.1"),
-    ("model.embd_pdrop", 0.1, "residual, embedding and attention dropout 0.1"),
-    ("model.attn_pdrop", 0.1, "residual, embedding and attention dropout 0.1"),
-    ("pretrain.lr_max", 2.5e-4, "max lr 2.5e-4"),
-    ("pretrain.warmup_steps", 2000, "first 2,000 updates"),
-    ("pretrain.lr_schedule", "cosine", "cosine annealing to 0"),
-    ("pretrain.batch_seqs", 64, "64 randomly sampled contiguous sequences"),
-    ("pretrain.seq_len", 512, "sequences of 512 tokens"),
-    ("pretrain.epochs", 100, "100 epochs"),
-    ("pretrain.weight_decay", 0.01, "w = 0.01"),
-    ("finetune.clf_pdrop", 0.1, "| classifier dropout | 0.1 |"),
-    ("finetune.lr", 6.25e-5, "6.25e-5"),
-    ("finetune.batch_size", 32, "| batch size | 32 |"),
-    ("finetune.epochs", 3, "| epochs | 3"),
-    ("finetune.warmup_frac", 0.002, "warm-up over 0.2% of training"),
-    ("finetune.lm_coef", 0.5, "λ = 0.5"),
+    ("bpe.n_merges", 40000),
+    ("bpe.lowercase", True),
+    ("bpe.end_of_word_suffix", "</w>"),
+    ("bpe.special_tokens", ["_start_", "_delimiter_", "_classify_"]),
+    ("model.arch", "gpt1"),
+    ("model.n_layer", 12),
+    ("model.n_embd", 768),
+    ("model.n_head", 12),
+    ("model.n_inner", 3072),
+    ("model.n_positions", 512),
+    ("model.afn", "gelu"),
+    ("model.initializer_range", 0.02),
+    ("model.resid_pdrop", 0.1),
+    ("model.embd_pdrop", 0.1),
+    ("model.attn_pdrop", 0.1),
+    ("model.layer_norm_epsilon", 1e-5),
+    ("pretrain.lr_max", 2.5e-4),
+    ("pretrain.warmup_steps", 2000),
+    ("pretrain.lr_schedule", "cosine"),
+    ("pretrain.batch_seqs", 64),
+    ("pretrain.seq_len", 512),
+    ("pretrain.epochs", 100),
+    ("pretrain.weight_decay", 0.01),
+    ("pretrain.adam_beta1", 0.9),
+    ("pretrain.adam_beta2", 0.999),
+    ("pretrain.adam_eps", 1e-8),
+    ("pretrain.grad_clip", 1),
+    ("finetune.clf_pdrop", 0.1),
+    ("finetune.lr", 6.25e-5),
+    ("finetune.batch_size", 32),
+    ("finetune.epochs", 3),
+    ("finetune.warmup_frac", 0.002),
+    ("finetune.lm_coef", 0.5),
+    ("tasks.truncation", "half"),
+    ("tasks.truncate_keep", "head"),
+    ("tasks.dev_examples.story_cloze", 374),
 ]
 
 
 def _get(cfg: object, dotted: str) -> object:
     for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
+        cfg = cfg[part] if isinstance(cfg, dict) else getattr(cfg, part)
+    return list(cfg) if isinstance(cfg, tuple) else cfg
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "paper_text"), PAPER_VALUES, ids=[v[0] for v in PAPER_VALUES]
-)
-def test_paper_preset_holds_paper_md_values(key: str, value: object, paper_text: str) -> None:
-    """A3: each value of spec §1-2 is in configs/paper.yaml, and docs/paper.md says it."""
-    spec = REPO.parent / "shared" / "PAPER.md"
-    assert spec.is_file(), f"{spec}: the spec must sit beside the repo (../shared)"
-    text = spec.read_text(encoding="utf-8")
-    section = text[text.index("## 1. Pre-training") : text.index("## 3. ")]
-    assert paper_text in section, f"spec §1-2 no longer says {paper_text!r}"
+@pytest.fixture(scope="module")
+def spec_values() -> dict[str, object]:
+    """configs/paper.yaml key -> value, as docs/paper.md's §1, §2 and §5 tables give them."""
+    by_section = sections(spec_text())
+    return {k: v for n in (1, 2, 5) for k, v in keyed_values(by_section[n]).items()}
+
+
+@pytest.mark.parametrize(("key", "value"), PAPER_VALUES, ids=[v[0] for v in PAPER_VALUES])
+def test_paper_preset_holds_spec_values(
+    key: str, value: object, spec_values: dict[str, object]
+) -> None:
+    """A3: each value of spec §1-2 (and §5's parity values) is in configs/paper.yaml, and
+    docs/paper.md gives the same value for the same key."""
+    assert key in spec_values, f"docs/paper.md: no table row names {key}"
+    assert spec_values[key] == value, f"docs/paper.md gives {key} = {spec_values[key]!r}"
     paper = load_params(REPO / "configs" / "paper.yaml")
     assert _get(paper, key) == value
+
+
+def test_spec_key_tables_are_all_checked(spec_values: dict[str, object]) -> None:
+    """A key added to docs/paper.md's tables is checked too: the list above names every one."""
+    assert set(spec_values) == {key for key, _ in PAPER_VALUES}
 
 
 def test_paper_preset_special_tokens_and_lstm() -> None:

@@ -1,5 +1,5 @@
 """D1: from a fixture set of metrics files the report's tables match golden text, and every
-paper number in params (both presets) and in the rendered tables equals PAPER.md."""
+paper number in params (both presets) and in the rendered tables equals spec §3 (docs/paper.md)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_doc import sections, spec_text, table_rows
 
 from gpt1 import report
 from gpt1.config import load_params
 
 REPO = Path(__file__).resolve().parents[2]
-PAPER_MD = REPO.parent / "shared" / "PAPER.md"
 GOLDEN = REPO / "tests" / "assets" / "report_golden.md"
 TABLE_TASKS = ["snli", "mnli", "qnli", "rte", "scitail", "race", "story_cloze", "mrpc", "qqp",
                "stsb", "sst2", "cola"]
 SCORES = {"mnli": ["acc_matched"], "race": ["acc", "acc_middle", "acc_high"],
           "mrpc": ["f1", "acc"], "qqp": ["f1", "acc"], "stsb": ["pearson", "spearman"],
           "cola": ["mcc", "acc"]}
-# Our column label -> (row of PAPER.md's task table, position in "a / b / c").
+# Our column label -> (row of spec §3's task table, position in "a / b / c").
 PAPER_ROWS = {
-    "MNLI-m": ("MultiNLI matched / mismatched", 0), "MNLI-mm": ("MultiNLI matched / mismatched", 1),
+    "MNLI-m": ("MultiNLI (matched / mismatched)", 0),
+    "MNLI-mm": ("MultiNLI (matched / mismatched)", 1),
     "SNLI": ("SNLI", 0), "SciTail": ("SciTail", 0), "QNLI": ("QNLI", 0), "RTE": ("RTE", 0),
     "Story Cloze": ("Story Cloze Test", 0), "RACE-m": ("RACE (middle / high / all)", 0),
     "RACE-h": ("RACE (middle / high / all)", 1), "RACE": ("RACE (middle / high / all)", 2),
@@ -127,17 +128,14 @@ def _paper_tables() -> tuple[dict[str, list[float]], dict[str, dict[str, float]]
                              dict[str, list[str]]]:
     """spec §3: task table (dataset -> numbers), Table 5 (method -> column -> number),
     and the column lists of 'Tables the report must regenerate'."""
-    text = PAPER_MD.read_text(encoding="utf-8")
+    text = sections(spec_text())[3]
     tasks: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    for cells in table_rows(text):
         if len(cells) == 4 and re.fullmatch(r"[\d.]+( / [\d.]+)*", cells[3]):
             tasks[cells[1]] = [float(x) for x in cells[3].split(" / ")]
-    header = next(line for line in text.splitlines() if line.startswith("| method | Avg"))
-    cols = [c.strip() for c in header.strip().strip("|").split("|")][1:]
+    cols = next(cells for cells in table_rows(text) if cells[:2] == ["method", "Avg"])[1:]
     table5 = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    for cells in table_rows(text):
         if cells[0] in TABLE5_ROWS.values():
             table5[cells[0]] = dict(zip(cols, map(float, cells[1:]), strict=True))
     lists = {}
@@ -147,10 +145,11 @@ def _paper_tables() -> tuple[dict[str, list[float]], dict[str, dict[str, float]]
 
 
 @pytest.mark.parametrize("preset", ["params.yaml", "configs/paper.yaml"])
-def test_paper_numbers_equal_paper_md(preset: str) -> None:
-    assert PAPER_MD.is_file(), f"{PAPER_MD} is needed to check the paper numbers"
+def test_paper_numbers_equal_spec(preset: str) -> None:
     tasks, table5, lists = _paper_tables()
+    assert set(tasks) == {row for row, _ in PAPER_ROWS.values()}, "spec §3 task table rows"
     cfg = load_params(REPO / preset).report
+    assert set(lists) == set(cfg.paper), "spec §3 lists of Tables 2-4"
     for name, cols in cfg.paper.items():
         assert list(cols) == lists[name], name
         for label, value in cols.items():
@@ -162,7 +161,7 @@ def test_paper_numbers_equal_paper_md(preset: str) -> None:
         assert row == table5[TABLE5_ROWS[variant]], variant
 
 
-def test_rendered_paper_column_equals_paper_md(make_params, tmp_path: Path) -> None:
+def test_rendered_paper_column_equals_spec(make_params, tmp_path: Path) -> None:
     tasks, table5, _ = _paper_tables()
     params = fixture_params(make_params)
     text = report.build_report(params, report.read_metrics(fixture_metrics(tmp_path)),
