@@ -1,4 +1,4 @@
-"""Byte-pair encoding as in the original release (spec §1 "vocabulary", 5).
+"""Byte-pair encoding as in the original release (spec §1 "BPE vocabulary", 5).
 
 Input is standardized text (gpt1.data.clean.standardize_text: tokens joined by single spaces,
 newlines as "\\n" tokens). The tokenizer lower-cases, splits on spaces, marks each word's last

@@ -70,7 +70,8 @@ class Hparams:
 
 def resolve_hparams(params: Params, task: str) -> Hparams:
     """params.finetune with the task's overrides; optimiser settings reused from pre-training
-    (spec §2: "all pre-training hyper-parameters unless stated")."""
+    (spec §2: "every pre-training hyper-parameter carries over unless the table says
+    otherwise")."""
     ft, pt = params.finetune, params.pretrain
     over = ft.overrides.get(task)
 

@@ -1,4 +1,4 @@
-"""Corpus cleaning and the original text standardisation (spec §1 "text cleaning", 5).
+"""Corpus cleaning and the original text standardisation (spec §1 and 5).
 
 `standardize_text` is the original encoder's front end (ftfy -> punctuation/whitespace
 standardisation -> spaCy tokens) and is shared by the corpus and the task texts.

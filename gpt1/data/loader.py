@@ -1,5 +1,5 @@
-"""Contiguous training windows from the token shards (spec §1: "randomly sampled contiguous
-sequences of 512 tokens").
+"""Contiguous training windows from the token shards (spec §1: each sequence "a randomly
+sampled contiguous span of 512 tokens").
 
 Stateless and seeded: the i-th sequence of the whole run is a pure function of (seed, i), so
 the data position is one integer (sequences consumed), resuming equals not stopping, and

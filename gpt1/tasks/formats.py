@@ -123,7 +123,7 @@ def pair_layout(a_parts: Sequence[list[int]], b: list[int], sp: Specials, tr: Tr
 
 def similarity_layout(a: list[int], b: list[int], sp: Specials, tr: Truncation,
                       ) -> tuple[list[list[int]], bool]:
-    """Both orders (spec §2, 3.3); one truncation for both, so swapping A and B swaps them."""
+    """Both orders (spec §2); one truncation for both, so swapping A and B swaps them."""
     ta, tb = fit_lengths(len(a), len(b), tr)
     a2, b2 = _cut(a, ta, tr.keep), _cut(b, tb, tr.keep)
     return ([[sp.start, *a2, sp.delimiter, *b2, sp.classify],
