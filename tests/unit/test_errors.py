@@ -1,0 +1,100 @@
+"""The CLI's one error boundary and the gates of issue 13: every bad input ends in one line
+naming the file (row, key) and the problem, a non-zero exit, no traceback, no partial output."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpt1.__main__ import guarded, main
+from gpt1.config import ParamsError, load_params, parse_params
+from tests.conftest import REPO, make_params_dict
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    return line
+
+
+# ------------------------------------------------------------------ the boundary
+
+
+def test_unexpected_error_is_one_line_naming_the_traceback_log(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def bug() -> None:
+        {}["missing"]
+
+    assert guarded("report", bug) == 1
+    line = _one_line(capsys)
+    match = re.fullmatch(r"gpt1 report: internal error: KeyError: 'missing'; traceback in (\S+)",
+                         line)
+    assert match, line
+    log = Path(match.group(1))
+    assert log.parent == tmp_path / "cache" / "gpt1" / "errors"
+    assert "Traceback" in log.read_text() and "def bug" not in line
+
+
+def test_environment_os_error_names_the_file(capsys):
+    def denied() -> None:
+        raise PermissionError(13, "Permission denied", "/data/out.parquet")
+
+    assert guarded("clean_corpus", denied) == 2
+    assert _one_line(capsys) == "gpt1 clean_corpus: error: /data/out.parquet: Permission denied"
+
+
+def test_ctrl_c_outside_a_training_loop_is_one_line_exit_130(capsys):
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    assert guarded("shard_corpus", interrupted) == 130
+    assert _one_line(capsys).startswith("gpt1 shard_corpus: interrupted;")
+
+
+# ------------------------------------------------------------------ params
+
+
+def _params_text() -> str:
+    return (REPO / "params.yaml").read_text()
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN"])
+def test_non_finite_numbers_are_refused(value, tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(re.sub(r"(?m)^  lr_max: \S+", f"  lr_max: {value}", _params_text(), count=1))
+    with pytest.raises(ParamsError, match=r"pretrain\.lr_max: Input should be a finite number"):
+        load_params(path)
+
+
+@pytest.mark.parametrize("section", ["finetune", "ablations", "layers"])
+def test_unknown_task_name_in_a_task_list_is_named(section):
+    raw = yaml.safe_load(_params_text())
+    raw[section]["tasks"] = [*raw[section]["tasks"], "sst3"]
+    with pytest.raises(ParamsError, match=rf"p.yaml: {section}\.tasks: unknown task 'sst3'"):
+        parse_params(raw, "p.yaml")
+
+
+def test_key_written_twice_is_refused_with_both_lines(tmp_path):
+    text = _params_text()
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith("  lr_max:"))
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace("  lr_max:", "  lr_max: 1.0\n  lr_max:", 1))
+    with pytest.raises(ParamsError) as info:
+        load_params(path)
+    assert str(info.value) == (f"{path}: not valid YAML (key 'lr_max' written twice "
+                               f"(lines {line} and {line + 1}))")
+
+
+def test_cli_bad_params_is_one_line_exit_2(tmp_path, capsys):
+    raw = make_params_dict(tmp_path)
+    raw["finetune"]["lr"] = float("nan")
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["--params", str(path), "finetune", "--task", "sst2"]) == 2
+    assert _one_line(capsys) == (f"gpt1 finetune: error: {path}: finetune.lr: Input should be "
+                                 "a finite number")
