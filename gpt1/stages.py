@@ -58,7 +58,8 @@ def download_corpus(params: Params) -> dict[str, Any]:
     """Resolve the raw corpus (mirror read in place, or the hub) and write its manifest."""
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
-               "bytes": sum(f["bytes"] for f in manifest["files"])}
+               "bytes": sum(f["bytes"] for f in manifest["files"]),
+               "skipped": sources.skipped_counts(manifest)}
     write_metrics(params, "download_corpus", metrics)
     return metrics
 

@@ -3,11 +3,14 @@ naming the file (row, key) and the problem, a non-zero exit, no traceback, no pa
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 import yaml
+from data_fixtures import write_corpus
 
 from gpt1.__main__ import guarded, main
 from gpt1.config import ParamsError, load_params, parse_params
@@ -15,9 +18,10 @@ from tests.conftest import REPO, make_params_dict
 
 
 def _one_line(capsys) -> str:
+    """The CLI's one line on stderr (progress bars aside; logging goes to caplog here)."""
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    (line,) = err.strip().splitlines()
+    (line,) = [line for line in err.splitlines() if line.startswith("gpt1 ")]
     return line
 
 
@@ -98,3 +102,43 @@ def test_cli_bad_params_is_one_line_exit_2(tmp_path, capsys):
     assert main(["--params", str(path), "finetune", "--task", "sst2"]) == 2
     assert _one_line(capsys) == (f"gpt1 finetune: error: {path}: finetune.lr: Input should be "
                                  "a finite number")
+
+
+# ------------------------------------------------------------------ corpus entries
+
+
+def _params_file(tmp_path: Path, overrides: dict | None = None) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(make_params_dict(tmp_path, overrides)))
+    return path
+
+
+def test_corpus_entries_that_are_not_readable_files_are_skipped_and_counted(tmp_path, caplog):
+    """A directory named like a book, a FIFO, dangling and looping symlinks, and a file that
+    cannot be read (I/O error, even for root): skipped by reason in the log and the metrics."""
+    corpus = write_corpus(tmp_path / "mirror", n_books=2, n_paragraphs=1)
+    (corpus / "book_dir.txt").mkdir()
+    os.mkfifo(corpus / "book_fifo.txt")
+    (corpus / "book_gone.txt").symlink_to(corpus / "nowhere.txt")
+    (corpus / "book_loop.txt").symlink_to(corpus / "book_loop.txt")
+    (corpus / "book_eio.txt").symlink_to("/proc/self/mem")  # a regular file reads fail on
+    assert main(["--params", str(_params_file(tmp_path)), "download_corpus"]) == 0
+    metrics = json.loads((tmp_path / "reports/metrics/download_corpus.json").read_text())
+    assert metrics["files"] == 2
+    assert metrics["skipped"] == {"not_a_file": 2, "dangling_symlink": 1, "symlink_loop": 1,
+                                  "unreadable": 1}
+    warned = {r.getMessage() for r in caplog.records if r.levelname == "WARNING"}
+    assert f"{corpus / 'book_gone.txt'}: skipped (dangling_symlink)" in warned
+    assert f"{corpus / 'book_eio.txt'}: skipped (unreadable)" in warned
+
+
+def test_corpus_without_a_readable_file_is_one_line_and_no_output(tmp_path, capsys):
+    corpus = tmp_path / "mirror" / "corpus"
+    corpus.mkdir(parents=True)
+    (corpus / "book_eio.txt").symlink_to("/proc/self/mem")
+    (corpus / "book_dir.txt").mkdir()
+    assert main(["--params", str(_params_file(tmp_path)), "download_corpus"]) == 2
+    assert _one_line(capsys) == (
+        f"gpt1 download_corpus: error: {corpus}: corpus directory holds no readable files "
+        "(skipped: {'not_a_file': 1, 'unreadable': 1})")
+    assert not (tmp_path / "data").exists()
