@@ -11,9 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 from data_fixtures import write_corpus
+from test_load import write_mirror
 
 from gpt1.__main__ import guarded, main
 from gpt1.config import ParamsError, load_params, parse_params
+from gpt1.errors import Gpt1Error
+from gpt1.tasks.load import load_task, validate_tables
+from gpt1.tasks.registry import TASKS
 from tests.conftest import REPO, make_params_dict
 
 
@@ -142,3 +146,85 @@ def test_corpus_without_a_readable_file_is_one_line_and_no_output(tmp_path, caps
         f"gpt1 download_corpus: error: {corpus}: corpus directory holds no readable files "
         "(skipped: {'not_a_file': 1, 'unreadable': 1})")
     assert not (tmp_path / "data").exists()
+
+
+# ------------------------------------------------------------------ task files
+
+
+def _mirror_params(tmp_path: Path) -> Path:
+    write_mirror(tmp_path / "mirror")
+    return _params_file(tmp_path, {"tasks": {"dev_examples": {"story_cloze": 3}}})
+
+
+def test_non_utf8_byte_in_a_task_tsv_names_file_line_and_column(tmp_path, capsys):
+    params_file = _mirror_params(tmp_path)
+    bad = tmp_path / "mirror/tasks/SST-2/dev.tsv"
+    lines = bad.read_bytes().split(b"\n")
+    lines[2] = b"caf\xe9 " + lines[2]  # latin-1, as a mis-saved file holds
+    bad.write_bytes(b"\n".join(lines))
+    assert main(["--params", str(params_file), "prepare_task", "--task", "sst2"]) == 2
+    assert _one_line(capsys) == (f"gpt1 prepare_task: error: {bad}: line 3: not UTF-8 (byte "
+                                 "0xe9 at column 4); re-save the file as UTF-8")
+    assert not (tmp_path / "data/tasks/sst2").exists()
+
+
+def test_non_utf8_byte_in_a_task_csv_names_file_and_line(tmp_path, make_params):
+    write_mirror(tmp_path / "mirror")
+    bad = tmp_path / "mirror/tasks/SciTail/scitail_test.csv"
+    bad.write_bytes(bad.read_bytes().replace(b"\n", b"\n\xff\xfe", 4).replace(b"\xff\xfe", b"", 3))
+    with pytest.raises(Gpt1Error, match=r"line 5: not UTF-8 \(byte 0xff at column 1\)") as info:
+        load_task(TASKS["scitail"], make_params().tasks, tmp_path / "mirror")
+    assert str(info.value).startswith(f"{bad}: ")
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda a: a.pop("questions"), "missing column 'questions'"),
+    (lambda a: a.update(options=None), "field 'options' is null, expected a list"),
+    (lambda a: a.update(questions="Why?"), "field 'questions' is a string, expected a list"),
+    (lambda a: a["options"].__setitem__(1, None), "field 'options': item 1 is null"),
+    (lambda a: a["options"][0].__setitem__(2, 7), "field 'options[0]': item 2 is an integer"),
+    (lambda a: a.update(article=["a"]), "field 'article' is a list, expected a string"),
+    (lambda a: a["answers"].__setitem__(0, 1), "field 'answers': item 0 is an integer"),
+])
+def test_race_article_of_the_wrong_shape_is_named(edit, problem, tmp_path, make_params):
+    write_mirror(tmp_path / "mirror")
+    path = tmp_path / "mirror/tasks/RACE/RACE/train/high/1.txt"
+    art = json.loads(path.read_text())
+    edit(art)
+    path.write_text(json.dumps(art))
+    with pytest.raises(Gpt1Error) as info:
+        load_task(TASKS["race"], make_params().tasks, tmp_path / "mirror")
+    assert str(info.value).startswith(f"{path}: line 1: {problem}")
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    (None, "field 'text_b' is null, expected a string"),
+    (["a", "b"], "field 'text_b' is a list, expected a string"),
+])
+def test_json_example_with_a_non_string_text_is_named(value, problem, tmp_path, make_params):
+    write_mirror(tmp_path / "mirror")
+    path = tmp_path / "mirror/tasks/MNLI/train_subset_10k/dev.json"
+    data = json.loads(path.read_text())
+    data["3"]["text_b"] = value  # was read as the text "None" / "['a', 'b']"
+    path.write_text(json.dumps(data))
+    with pytest.raises(Gpt1Error, match=re.escape(f"{path}: line '3': {problem}")):
+        load_task(TASKS["mnli"], make_params().tasks, tmp_path / "mirror")
+
+
+def test_header_only_evaluation_split_fails_prepare_task(tmp_path, capsys):
+    params_file = _mirror_params(tmp_path)
+    bad = tmp_path / "mirror/tasks/SST-2/dev.tsv"
+    bad.write_text("sentence\tlabel\n")
+    assert main(["--params", str(params_file), "prepare_task", "--task", "sst2"]) == 2
+    assert _one_line(capsys) == (f"gpt1 prepare_task: error: {bad}: line 2: no data rows "
+                                 "(an empty split)")
+    assert not (tmp_path / "data/tasks/sst2").exists()
+
+
+def test_a_split_that_ends_up_empty_is_refused_before_writing(tmp_path, make_params):
+    write_mirror(tmp_path / "mirror")
+    for article in (tmp_path / "mirror/tasks/RACE/RACE/dev").glob("*/*.txt"):
+        article.unlink()
+    tables = load_task(TASKS["race"], make_params().tasks, tmp_path / "mirror")
+    with pytest.raises(Gpt1Error, match=r"^race/dev: no rows \(from .*\); every split needs"):
+        validate_tables(tables, TASKS["race"], tmp_path / "mirror/tasks")
