@@ -8,17 +8,20 @@ import os
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from data_fixtures import write_corpus
 from test_load import write_mirror
 
+from gpt1 import bpe, checkpoint, stages
 from gpt1.__main__ import guarded, main
-from gpt1.config import ParamsError, load_params, parse_params
+from gpt1.config import Params, ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
-from gpt1.tasks.load import load_task, validate_tables
+from gpt1.tasks.load import load_task, validate_tables, write_tables
 from gpt1.tasks.registry import TASKS
 from tests.conftest import REPO, make_params_dict
+from tests.unit.test_checkpoint import _prepare
 
 
 def _one_line(capsys) -> str:
@@ -228,3 +231,80 @@ def test_a_split_that_ends_up_empty_is_refused_before_writing(tmp_path, make_par
     tables = load_task(TASKS["race"], make_params().tasks, tmp_path / "mirror")
     with pytest.raises(Gpt1Error, match=r"^race/dev: no rows \(from .*\); every split needs"):
         validate_tables(tables, TASKS["race"], tmp_path / "mirror/tasks")
+
+
+# ------------------------------------------------------------------ damaged artifacts
+
+
+@pytest.fixture
+def tokenized(tmp_path) -> tuple[Path, Params]:
+    """A params file (and its Params) whose tokenizer and shards exist."""
+    return _prepare(tmp_path, "run", {})
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda ix: ix["splits"]["train"].update(shards=None), "damaged: splits.train.shards is not"),
+    (lambda ix: ix["splits"]["train"]["shards"][0].pop("tokens"), "damaged: splits.train"),
+    (lambda ix: ix.update(splits=[]), "no 'train' split; re-run shard_corpus"),
+])
+def test_damaged_shards_index_is_one_line(edit, problem, tokenized, capsys):
+    params_file, params = tokenized
+    index = Path(params.paths.shards) / "index.json"
+    data = json.loads(index.read_text())
+    edit(data)
+    index.write_text(json.dumps(data))
+    assert main(["--params", str(params_file), "pretrain"]) == 2
+    assert _one_line(capsys).startswith(f"gpt1 pretrain: error: {index}: {problem}")
+    assert not Path(params.paths.checkpoints).exists()
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b'{"special_tokens": null}', "damaged: no list of special_tokens"),
+    (b"[1, 2]", "damaged: no list of special_tokens"),
+    (b'{"special_tokens": ["\xff"]}', "not valid JSON ('utf-8' codec can't decode"),
+])
+def test_damaged_tokenizer_metadata_is_one_line(content, problem, tokenized, capsys):
+    params_file, params = tokenized
+    meta = Path(params.paths.tokenizer) / bpe.META_FILE
+    meta.write_bytes(content)
+    assert main(["--params", str(params_file), "pretrain"]) == 2
+    assert _one_line(capsys).startswith(f"gpt1 pretrain: error: {meta}: {problem}")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "columns"])
+def test_damaged_task_parquet_is_one_line(damage, tokenized, capsys):
+    params_file, params = tokenized
+    raw = yaml.safe_load(params_file.read_text())
+    raw["finetune"]["init"] = "scratch"
+    params_file.write_text(yaml.safe_dump(raw))
+    task_dir = Path(params.paths.tasks) / "sst2"
+    table = pd.DataFrame({"id": ["a"], "text_a": ["x"], "text_b": [""], "choices": [[]],
+                          "label": [0], "group": [""], "source": ["f:1"]})
+    write_tables({s: table for s in ("train", "dev", "test")}, task_dir)
+    bad = task_dir / "dev.parquet"
+    if damage == "truncate":
+        bad.write_bytes(bad.read_bytes()[:-40])
+        problem = "unreadable parquet ("
+    else:
+        table.drop(columns="label").to_parquet(bad)
+        problem = "not a canonical task table (no column 'label')"
+    assert main(["--params", str(params_file), "finetune", "--task", "sst2"]) == 2
+    assert _one_line(capsys).startswith(f"gpt1 finetune: error: {bad}: {problem}")
+    assert not Path(params.paths.finetuned).exists()
+
+
+def test_pretrained_shape_other_than_params_is_refused_before_any_work(tmp_path, capsys):
+    params_file, params = _prepare(tmp_path, "run", {"pretrain": {"max_tokens": 8 * 4 * 32}})
+    stages.pretrain(params)
+    raw = yaml.safe_load(params_file.read_text())
+    raw["model"].update(n_layer=3, n_positions=64)
+    params_file.write_text(yaml.safe_dump(raw))
+    for stage in (["finetune", "--task", "sst2"], ["zeroshot"]):
+        assert main(["--params", str(params_file), *stage]) == 2
+        meta = Path(params.paths.checkpoints) / checkpoint.MODEL_META
+        assert _one_line(capsys) == (
+            f"gpt1 {stage[0]}: error: {meta}: model shape arch=gpt1 n_positions=32 n_embd=32 "
+            "n_layer=2 n_head=2 n_inner=128 was pre-trained, params.model says arch=gpt1 "
+            "n_positions=64 n_embd=32 n_layer=3 n_head=2 n_inner=128; restore params.model or "
+            "re-run pre-training")
+    assert not Path(params.paths.finetuned).exists()

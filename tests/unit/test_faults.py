@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpt1 import atomic, checkpoint, stages
@@ -150,3 +152,30 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
     finetune_task(TASKS["sst2"], hp, data, make_body, out, lambda step, m: None)
     assert sorted(p.name for p in out.iterdir()) == ["predictions_seed0.parquet",
                                                      "predictions_seed1.parquet"]
+
+
+def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
+    """R3: SIGKILL while shard_corpus writes its temp directory; the re-run removes it."""
+    params_file, params = _prepare(tmp_path, "run", {})
+    texts = [" ".join(f"w{(i * 7 + k) % 101} the of w{i % 13}" for i in range(8000))
+             for k in range(60)]
+    corpus = pd.DataFrame({"doc_id": [f"d{k}" for k in range(60)], "text": texts})
+    atomic.write_bytes(params.paths.clean_corpus, corpus.to_parquet() or b"")
+    out = Path(params.paths.shards)
+    shutil.rmtree(out)
+    temps = lambda: list(out.parent.glob(f".{out.name}.*.tmp"))  # noqa: E731
+    for _ in range(3):  # the window is a second or so; retried if the run finished first
+        proc = _cli(params_file, "shard_corpus")
+        deadline = time.monotonic() + 120
+        while not temps() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if proc.returncode == -signal.SIGKILL and temps():
+            break
+    left = temps()
+    assert left and not out.exists(), "never killed shard_corpus mid-write"
+    rerun = _cli(params_file, "shard_corpus")
+    assert rerun.wait(timeout=120) == 0, rerun.stderr.read()
+    assert not temps() and not any(p.exists() for p in left)
+    assert (out / "index.json").is_file()
