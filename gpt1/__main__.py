@@ -1,22 +1,30 @@
 """`gpt1 <stage> [--task NAME] [--params FILE]`: the CLI every DVC stage calls.
 
-argparse and the STAGES table only; the work is in gpt1.stages. Any Gpt1Error or ParamsError
-becomes one line on stderr and exit code 2, with nothing half-written.
+argparse and the STAGES table only; the work is in gpt1.stages. `guarded` is the one error
+boundary: a Gpt1Error or ParamsError becomes one line on stderr and exit code 2, a stopped
+training run one line and 128 + signal, anything unexpected one "internal error" line naming
+the log file that holds its traceback (exit 1). Outputs are written atomically, so nothing is
+half-written either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
 import sys
+import tempfile
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
+from gpt1.interrupt import StoppedError
 
 # Stage name (as in dvc.yaml) -> stages.<function>. Stages taking --task are listed in TASK_STAGES.
 STAGES: dict[str, str] = {
@@ -95,15 +103,63 @@ def main(argv: list[str] | None = None) -> int:
     )
     kwargs = {"task": args.task} if args.command in TASK_STAGES else {}
     kwargs.update({arg: getattr(args, arg) for arg in STAGE_ARGS.get(args.command, {})})
+    if args.command in TOOLS:
+        tool = importlib.import_module(TOOLS[args.command])
+        return guarded(args.command, lambda: tool.run(args, load_params(args.params)))
+    return guarded(args.command, lambda: run_stage(args.command, args.params, **kwargs))
+
+
+# OS errors that are the environment's, not a bug: said in one line naming the file.
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS,
+                       errno.ENOENT, errno.EIO}
+
+
+def guarded(command: str, work: Callable[[], Any]) -> int:
+    """Run `work`; every failure ends in one line on stderr and a non-zero exit code."""
+
+    def say(line: str) -> None:
+        print(f"gpt1 {command}: {' '.join(line.split())}", file=sys.stderr)
+
     try:
-        if args.command in TOOLS:
-            importlib.import_module(TOOLS[args.command]).run(args, load_params(args.params))
-        else:
-            run_stage(args.command, args.params, **kwargs)
+        work()
+    except StoppedError as err:
+        say(str(err))
+        return err.exit_code
     except (Gpt1Error, ParamsError) as err:
-        print(f"gpt1 {args.command}: error: {err}", file=sys.stderr)
+        say(f"error: {err}")
         return 2
+    except KeyboardInterrupt:
+        say("interrupted; outputs are written atomically, re-run to start again")
+        return 130
+    except OSError as err:
+        if err.errno not in _ENVIRONMENT_ERRNOS or not err.filename:
+            say(f"internal error: {type(err).__name__}: {err}; traceback in "
+                f"{write_traceback(command)}")
+            return 1
+        say(f"error: {err.filename}: {err.strerror}")
+        return 2
+    except Exception as err:
+        first = next(iter(str(err).strip().splitlines()), "")
+        say(f"internal error: {type(err).__name__}: {first}; traceback in "
+            f"{write_traceback(command)}")
+        return 1
     return 0
+
+
+def write_traceback(command: str) -> Path:
+    """The current exception's traceback in <cache>/gpt1/errors/ (XDG_CACHE_HOME or ~/.cache;
+    the system temp dir if that is not writable); returns the file."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpt1" / "errors"
+    name = f"{command}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}.log"
+    text = f"gpt1 {' '.join(sys.argv[1:])}\n\n{traceback.format_exc()}"
+    for folder in (cache, Path(tempfile.gettempdir()) / "gpt1-errors"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text, encoding="utf-8")
+            return folder / name
+        except OSError:
+            continue
+    return Path("<not written: no writable cache or temp directory>")
 
 
 if __name__ == "__main__":

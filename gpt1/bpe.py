@@ -157,10 +157,14 @@ def load_bpe(directory: str | Path) -> Bpe:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
         raise Gpt1Error("missing; run the train_bpe stage first", err.filename) from None
-    except json.JSONDecodeError as err:
-        raise Gpt1Error(f"not valid JSON ({err.msg})", meta_path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise Gpt1Error(f"not valid JSON ({err}); re-run the train_bpe stage", meta_path) from None
+    specials = meta.get("special_tokens") if isinstance(meta, dict) else None
+    if not (isinstance(specials, list) and all(isinstance(t, str) for t in specials)):
+        raise Gpt1Error("damaged: no list of special_tokens; re-run the train_bpe stage",
+                        meta_path)
     try:
         tok = Tokenizer.from_str(blob.decode("utf-8"))
     except Exception as err:  # tokenizers raises plain Exception on a malformed file
         raise Gpt1Error(f"not a valid tokenizer file ({str(err).splitlines()[0]})", path) from None
-    return Bpe(tok, meta["special_tokens"], hashlib.sha256(blob).hexdigest())
+    return Bpe(tok, specials, hashlib.sha256(blob).hexdigest())

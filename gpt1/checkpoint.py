@@ -235,6 +235,29 @@ def read_model_meta(run_dir: Path) -> dict[str, Any]:
     return _read_json_with_digest(Path(run_dir) / MODEL_META)
 
 
+SHAPE_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gpt": ("model", ("arch", "n_positions", "n_embd", "n_layer", "n_head", "n_inner")),
+    "lstm": ("lstm", ("n_layer", "hidden_size", "n_embd")),
+}
+"""Model kind -> (params section, the fields that fix its weights' shapes and wiring)."""
+
+
+def check_model_shape(run_dir: str | Path, params: Params) -> None:
+    """Refuse, before any work, a finished run whose model shape differs from params'."""
+    run_dir = Path(run_dir)
+    meta = read_model_meta(run_dir)
+    section, fields = SHAPE_FIELDS[meta["kind"]]
+    recorded = {k: meta["params"][section][k] for k in fields}
+    wanted = {k: getattr(getattr(params, section), k) for k in fields}
+    if recorded != wanted:
+        def shape(values: dict[str, Any]) -> str:
+            return " ".join(f"{k}={v}" for k, v in values.items())
+
+        raise Gpt1Error(f"model shape {shape(recorded)} was pre-trained, params.{section} says "
+                        f"{shape(wanted)}; restore params.{section} or re-run pre-training",
+                        run_dir / MODEL_META)
+
+
 def load_model(
     run_dir: str | Path, expected_tokenizer_hash: str | None, step: int | None = None
 ) -> tuple[nn.Module, dict[str, Any]]:

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpt1.tasks.registry import TASKS
+
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 Prob = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -33,10 +35,12 @@ class ParamsError(ValueError):
 
 
 class Section(BaseModel):
-    """Base of every section: frozen, unknown keys rejected, no type coercion from strings."""
+    """Base of every section: frozen, unknown keys rejected, no type coercion from strings,
+    no .inf / .nan (a non-finite learning rate or fraction only fails later, mid-run)."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
+        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True,
+        allow_inf_nan=False,
     )
 
 
@@ -473,6 +477,13 @@ class Params(Section):
                 f"pretrain.seq_len: {self.pretrain.seq_len} exceeds model.n_positions="
                 f"{self.model.n_positions}"
             )
+        for key, names in (("finetune.tasks", self.finetune.tasks),
+                           ("ablations.tasks", self.ablations.tasks),
+                           ("layers.tasks", self.layers.tasks),
+                           ("tasks.dev_examples", tuple(self.tasks.dev_examples))):
+            bad = [t for t in names if t not in TASKS]
+            if bad:
+                raise ValueError(f"{key}: unknown task {bad[0]!r}; known: {sorted(TASKS)}")
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
@@ -492,6 +503,22 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that reads `1e-4` as a float, as YAML 1.2 (and DVC's ruamel) does."""
 
 
+def _unique_keys_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    """A mapping whose keys are all distinct: PyYAML keeps the last of a key written twice,
+    which silently drops the first value."""
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)  # type: ignore[no-untyped-call]
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} written twice (lines {seen[key]} and {line})",
+                key_node.start_mark)
+        seen[key] = line
+    return loader.construct_mapping(node)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys_mapping)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(

@@ -30,6 +30,7 @@ from gpt1 import atomic
 from gpt1.config import Params
 from gpt1.evaluate import aggregate, predict, score_split
 from gpt1.heads import TaskModel
+from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.model import GPT, transfer_weights
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.tasks.formats import Encoded
@@ -203,8 +204,11 @@ def infer(model: TaskModel, data: Encoded, batch_size: int, precision: str,
 
 def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encoded],
                    make_body: BodyFactory, on_metrics: MetricsSink, out_dir: Path,
-                   device: torch.device, step0: int) -> dict[str, Any]:
-    """Fine-tune one model; pick the best dev epoch; score and save test predictions."""
+                   device: torch.device, step0: int, stop: StopRequest) -> dict[str, Any]:
+    """Fine-tune one model; pick the best dev epoch; score and save test predictions.
+
+    Raises StoppedError after the step during which `stop` was set (SIGINT / SIGTERM).
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     precision = resolve_precision(hp.precision, device)
@@ -233,6 +237,10 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
             bar.update(1)
             bar.set_postfix(loss=f"{stats['loss']:.3f}")
             on_metrics(step0 + step, {f"train/{k}": float(v) for k, v in stats.items()})
+            if stop:  # a run is minutes: restarting beats checkpointing every seed's state
+                bar.close()
+                raise stop.stop(f"stopped at step {step} of seed {seed}; fine-tuning keeps "
+                                "nothing, re-run to start it again")
         dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
         dev = score_split(spec, data["dev"].labels, predict(spec, dev_out), data["dev"].groups)
         history.append({"epoch": epoch + 1, **dev})
@@ -269,13 +277,14 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
     Returns the result (scores aggregated over seeds, per-seed details, sizes).
     """
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[dict[str, Any]] = []
-    for i, seed in enumerate(hp.seeds):
-        steps_before = sum(r["steps"] for r in runs) + i
-        runs.append(train_one_seed(spec, hp, seed, data, make_body, on_metrics, out_dir,
-                                   device, steps_before))
+    # out_dir appears whole or not at all: a stopped or failed run leaves no seed's predictions.
+    with stop_on_signals() as stop, atomic.atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for i, seed in enumerate(hp.seeds):
+            steps_before = sum(r["steps"] for r in runs) + i
+            runs.append(train_one_seed(spec, hp, seed, data, make_body, on_metrics, tmp,
+                                       device, steps_before, stop))
     return {
         "scores": aggregate([r["scores"] for r in runs]),
         "seeds": runs,

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import torch
 from tqdm import tqdm
 
@@ -23,7 +22,7 @@ from gpt1 import atomic, bpe, checkpoint, tracking, train
 from gpt1 import report as rep
 from gpt1 import zeroshot as zs
 from gpt1.config import Params, parse_params
-from gpt1.data import checks, clean, shards, sources
+from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
 from gpt1.evaluate import aggregate
 from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
@@ -45,20 +44,15 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
 
 def _read_corpus(params: Params) -> Any:
     """The cleaned corpus parquet as a DataFrame (Gpt1Error when missing or unreadable)."""
-    path = Path(params.paths.clean_corpus)
-    if not path.is_file():
-        raise Gpt1Error("missing; run the clean_corpus stage first", path)
-    try:
-        return pd.read_parquet(path)
-    except Exception as err:  # pyarrow raises several types on a damaged file
-        raise Gpt1Error(f"unreadable parquet ({str(err).splitlines()[0]})", path) from None
+    return read_parquet_artifact(params.paths.clean_corpus, "clean_corpus")
 
 
 def download_corpus(params: Params) -> dict[str, Any]:
     """Resolve the raw corpus (mirror read in place, or the hub) and write its manifest."""
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
-               "bytes": sum(f["bytes"] for f in manifest["files"])}
+               "bytes": sum(f["bytes"] for f in manifest["files"]),
+               "skipped": sources.skipped_counts(manifest)}
     write_metrics(params, "download_corpus", metrics)
     return metrics
 
@@ -189,6 +183,9 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     <paths.finetuned>[/<variant>]/<task> and the metrics JSON finetune[_<variant>]_<task>.json.
     """
     spec = _task_spec(params, task)
+    if params.finetune.init == "pretrained":
+        checkpoint.check_model_shape(
+            params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints, params)
     tok = bpe.load_bpe(params.paths.tokenizer)
     hp = resolve_hparams(params, task)
     tables = load.read_tables(Path(params.paths.tasks) / task)
@@ -336,6 +333,7 @@ def zeroshot_lstm(params: Params) -> dict[str, Any]:
 
 
 def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict[str, Any]:
+    checkpoint.check_model_shape(run_dir, params)
     cfg = params.zeroshot
     tok = bpe.load_bpe(params.paths.tokenizer)
     tables = {t: load.read_tables(Path(params.paths.tasks) / t) for t in cfg.tasks if t != "dprd"}

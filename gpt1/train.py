@@ -33,6 +33,7 @@ from gpt1 import checkpoint
 from gpt1.config import Params
 from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
+from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer, lr_at
@@ -241,7 +242,7 @@ def pretrain(
     cfg, run_dir = params.pretrain, Path(run_dir)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = resolve_precision(cfg.precision, device)
-    with distributed(device.type) as (rank, world):
+    with distributed(device.type) as (rank, world), stop_on_signals() as stop:
         accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
         if rem or accum < 1:
             raise Gpt1Error(
@@ -310,7 +311,8 @@ def pretrain(
                     on_metrics(done, ev)
             if rank == 0 and done in zs_steps:
                 checkpoint.save_weights(checkpoint.zeroshot_path(run_dir, done), lm)
-            if done % cfg.checkpoint_interval_steps == 0 or done == total_steps:
+            stopping = _stop_agreed(stop, world, device)
+            if done % cfg.checkpoint_interval_steps == 0 or done == total_steps or stopping:
                 if rank == 0:
                     checkpoint.save_checkpoint(run_dir, done, lm, optimizer, {
                         "resume_key": key, "data_position": done * cfg.batch_seqs,
@@ -318,6 +320,9 @@ def pretrain(
                     })
                 if world > 1:
                     dist.barrier()
+            if stopping and done < total_steps:
+                bar.close()
+                raise stop.stop(f"stopped at step {done}; re-run to resume")
         bar.close()
         if rank == 0:
             checkpoint.write_model(run_dir, lm, {
@@ -331,6 +336,17 @@ def pretrain(
             "tokens_per_s": tokens_per_s, "flops_per_s": tokens_per_s * flops_per_token,
             "precision": precision, "world_size": world, "history": history,
         }
+
+
+def _stop_agreed(stop: StopRequest, world: int, device: torch.device) -> bool:
+    """Whether to stop after this step: the local request, or any rank's under DDP (all ranks
+    must save and leave at the same step)."""
+    if world == 1:
+        return bool(stop)
+    signum = torch.tensor([stop.signum or 0], device=device)
+    dist.all_reduce(signum, op=dist.ReduceOp.MAX)
+    stop.signum = int(signum.item()) or None
+    return bool(stop)
 
 
 def _resume(

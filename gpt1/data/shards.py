@@ -169,6 +169,20 @@ def open_shard(path: str | Path, expected_tokenizer_hash: str) -> np.ndarray:
                      shape=(n_tokens,))
 
 
+def _split_entries(index: dict[str, Any], split: Split, where: Path) -> list[dict[str, Any]]:
+    """index.json's shard list of one split, each entry checked: {file: name, tokens: int}."""
+    splits = index.get("splits")
+    if not isinstance(splits, dict) or split not in splits:
+        raise Gpt1Error(f"no {split!r} split; re-run shard_corpus", where)
+    entries = splits[split].get("shards") if isinstance(splits[split], dict) else None
+    if not isinstance(entries, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("file"), str) and "/" not in e["file"]
+            and isinstance(e.get("tokens"), int) for e in entries):
+        raise Gpt1Error(f"damaged: splits.{split}.shards is not a list of {{file, tokens}} "
+                        "entries; re-run shard_corpus", where)
+    return entries
+
+
 def read_shards(
     shard_dir: str | Path, split: Split, expected_tokenizer_hash: str
 ) -> list[np.ndarray]:
@@ -182,10 +196,8 @@ def read_shards(
             f"shards were written with tokenizer {str(index.get('tokenizer_hash'))[:12]}, "
             f"expected {expected_tokenizer_hash[:12]}; re-run shard_corpus", where,
         )
-    if split not in index.get("splits", {}):
-        raise Gpt1Error(f"no {split!r} split", where)
     arrays = []
-    for entry in index["splits"][split]["shards"]:
+    for entry in _split_entries(index, split, where):
         arr = open_shard(Path(shard_dir) / entry["file"], expected_tokenizer_hash)
         if len(arr) != entry["tokens"]:
             raise Gpt1Error(f"{len(arr)} tokens, index.json says {entry['tokens']}",

@@ -9,10 +9,13 @@ the clean stage, checking each file against its recorded sha256.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
+import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -80,18 +83,55 @@ def mirror_corpus_dir(mirror_dir: str | None) -> Path:
     return corpus
 
 
-def scan_corpus_dir(corpus: Path) -> list[dict[str, Any]]:
-    """Manifest entries (name, doc_id, bytes, sha256) of every non-hidden file, sorted."""
-    files = sorted(p for p in corpus.iterdir() if p.is_file() and not p.name.startswith("."))
-    if not files:
-        raise Gpt1Error("corpus directory holds no files", corpus)
+SKIP_REASONS = ("not_a_file", "dangling_symlink", "symlink_loop", "unreadable")
+"""Why a corpus entry is not read; each is counted (zeros included) in the stage metrics."""
+
+
+def _entry_problem(path: Path) -> str | None:
+    """None for a regular file (symlinks followed), else a SKIP_REASONS entry."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "dangling_symlink"
+    except OSError as err:
+        return "symlink_loop" if err.errno == errno.ELOOP else "unreadable"
+    return None if stat.S_ISREG(mode) else "not_a_file"
+
+
+def scan_corpus(corpus: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """(manifest entries: name, doc_id, bytes, sha256 of every readable regular non-hidden
+    file, sorted; skipped entries: name and reason). A directory named like a book, a FIFO,
+    a dangling or looping symlink or a file that cannot be read is skipped, with a warning."""
+    names = sorted(p for p in corpus.iterdir() if not p.name.startswith("."))
+    skipped = [{"name": p.name, "reason": r} for p in names if (r := _entry_problem(p))]
+    files = [p for p in names if p.name not in {s["name"] for s in skipped}]
     entries = []
     with tqdm(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True,
               desc="hash mirror", mininterval=1.0) as bar:
         for p in files:
-            entries.append({"name": p.name, "doc_id": p.name, "bytes": p.stat().st_size,
-                            "sha256": sha256_file(p, bar)})
-    return entries
+            try:
+                entries.append({"name": p.name, "doc_id": p.name, "bytes": p.stat().st_size,
+                                "sha256": sha256_file(p, bar)})
+            except OSError as err:
+                skipped.append({"name": p.name, "reason": "unreadable",
+                                "error": err.strerror or str(err)})
+    for entry in skipped:
+        log.warning("%s: skipped (%s)", corpus / entry["name"], entry["reason"])
+    if not entries:
+        raise Gpt1Error(f"corpus directory holds no readable files (skipped: "
+                        f"{dict(Counter(s['reason'] for s in skipped))})", corpus)
+    return entries, sorted(skipped, key=lambda s: s["name"])
+
+
+def scan_corpus_dir(corpus: Path) -> list[dict[str, Any]]:
+    """Manifest entries of every readable regular file (see `scan_corpus`)."""
+    return scan_corpus(corpus)[0]
+
+
+def skipped_counts(manifest: dict[str, Any]) -> dict[str, int]:
+    """Skipped corpus entries by reason (every reason, zeros included)."""
+    counts = Counter(s["reason"] for s in manifest.get("skipped", []))
+    return {reason: counts[reason] for reason in SKIP_REASONS}
 
 
 def _stream_hub(cfg: DataCfg, load_dataset: LoadDataset) -> list[str]:
@@ -153,10 +193,10 @@ def download_corpus(
         tmp.mkdir()
         if cfg.source == "mirror":
             corpus = mirror_corpus_dir(mirror_dir)
-            files = scan_corpus_dir(corpus)
+            files, skipped = scan_corpus(corpus)
             if cfg.max_documents is not None:
                 files = files[: cfg.max_documents]
-            manifest.update(root=str(corpus), files=files)
+            manifest.update(root=str(corpus), files=files, skipped=skipped)
         else:
             if load_dataset is None:
                 from datasets import load_dataset as hf_load_dataset

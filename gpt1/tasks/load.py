@@ -11,7 +11,9 @@ file and line.
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +25,7 @@ import pandas as pd
 
 from gpt1 import atomic
 from gpt1.config import TasksCfg
+from gpt1.data import read_parquet_artifact
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.gate import check_task_table
 from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TaskSpec
@@ -69,24 +72,28 @@ def read_tsv(
     file has no header and these are its columns. Extra trailing fields (beyond the header)
     are an error unless extra_fields_ok; they are kept tab-joined under "_extra".
     """
-    with open(src.path, encoding="utf-8-sig", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = list(columns) if columns is not None else next(reader, None)
-        if not header:
-            raise src.fail(1, "empty file, expected a header line")
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise src.fail(1, f"missing column {missing[0]!r} (header: {', '.join(header)})")
-        for i, fields in enumerate(reader, start=1 if columns is not None else 2):
-            if not fields:
-                continue
-            if len(fields) < len(header) or (len(fields) > len(header) and not extra_fields_ok):
-                raise src.fail(i, f"expected {len(header)} tab-separated fields "
-                                  f"({', '.join(header)}), found {len(fields)} "
-                                  "(missing column or broken quoting)")
-            row = dict(zip(header, fields, strict=False))
-            row["_extra"] = "\t".join(fields[len(header):])
-            yield i, row
+    reader = csv.reader(io.StringIO(read_text(src), newline=""), delimiter="\t",
+                        quoting=csv.QUOTE_NONE)
+    header = list(columns) if columns is not None else next(reader, None)
+    if not header:
+        raise src.fail(1, "empty file, expected a header line")
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise src.fail(1, f"missing column {missing[0]!r} (header: {', '.join(header)})")
+    n_rows = 0
+    for i, fields in enumerate(reader, start=1 if columns is not None else 2):
+        if not fields:
+            continue
+        if len(fields) < len(header) or (len(fields) > len(header) and not extra_fields_ok):
+            raise src.fail(i, f"expected {len(header)} tab-separated fields "
+                              f"({', '.join(header)}), found {len(fields)} "
+                              "(missing column or broken quoting)")
+        row = dict(zip(header, fields, strict=False))
+        row["_extra"] = "\t".join(fields[len(header):])
+        n_rows += 1
+        yield i, row
+    if not n_rows:
+        raise src.fail(reader.line_num + 1, "no data rows (an empty split)")
 
 
 def read_csv(src: _Src, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -95,38 +102,51 @@ def read_csv(src: _Src, required: Sequence[str]) -> Iterator[tuple[int, dict[str
     A quoted field spanning lines is rejected: none of the mirror's csv files has one, so it
     means an unbalanced quote that swallowed the following rows.
     """
-    with open(src.path, encoding="utf-8-sig", newline="") as fh:
-        reader = csv.reader(fh, strict=True)
-        start = 0
-        try:
-            header = next(reader, None)
-            if not header:
-                raise src.fail(1, "empty file, expected a header line")
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise src.fail(1, f"missing column {missing[0]!r} (header: {', '.join(header)})")
+    reader = csv.reader(io.StringIO(read_text(src), newline=""), strict=True)
+    start = n_rows = 0
+    try:
+        header = next(reader, None)
+        if not header:
+            raise src.fail(1, "empty file, expected a header line")
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise src.fail(1, f"missing column {missing[0]!r} (header: {', '.join(header)})")
+        start = reader.line_num
+        for fields in reader:
+            first = start + 1
+            if reader.line_num != first:
+                raise src.fail(first, f"quoted field runs on to line {reader.line_num} "
+                                      "(unbalanced quote)")
             start = reader.line_num
-            for fields in reader:
-                first = start + 1
-                if reader.line_num != first:
-                    raise src.fail(first, f"quoted field runs on to line {reader.line_num} "
-                                          "(unbalanced quote)")
-                start = reader.line_num
-                if len(fields) != len(header):
-                    raise src.fail(first, f"expected {len(header)} comma-separated fields, "
-                                          f"found {len(fields)} (broken quoting?)")
-                yield first, dict(zip(header, fields, strict=True))
-        except csv.Error as err:
-            raise src.fail(start + 1, f"broken csv quoting ({err})") from None
+            if len(fields) != len(header):
+                raise src.fail(first, f"expected {len(header)} comma-separated fields, "
+                                      f"found {len(fields)} (broken quoting?)")
+            n_rows += 1
+            yield first, dict(zip(header, fields, strict=True))
+    except csv.Error as err:
+        raise src.fail(start + 1, f"broken csv quoting ({err})") from None
+    if not n_rows:
+        raise src.fail(start + 1, "no data rows (an empty split)")
+
+
+def read_text(src: _Src) -> str:
+    """The whole file as text (UTF-8, a leading BOM dropped); a byte that is not UTF-8 is
+    named by line and column."""
+    data = src.path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line_start = data.rfind(b"\n", 0, err.start) + 1
+        raise src.fail(data.count(b"\n", 0, err.start) + 1,
+                       f"not UTF-8 (byte 0x{data[err.start]:02x} at column "
+                       f"{err.start - line_start + 1}); re-save the file as UTF-8") from None
 
 
 def read_json(src: _Src) -> Any:
     try:
-        return json.loads(src.path.read_text(encoding="utf-8"))
+        return json.loads(read_text(src))
     except json.JSONDecodeError as err:
         raise src.fail(err.lineno, f"invalid JSON ({err.msg}, column {err.colno})") from None
-    except UnicodeDecodeError as err:
-        raise Gpt1Error(f"not UTF-8 ({err.reason} at byte {err.start})", src.path) from None
 
 
 def _label(src: _Src, line: int | str, raw: str, mapping: dict[str, int]) -> int:
@@ -141,6 +161,35 @@ def _score(src: _Src, line: int | str, raw: str) -> float:
         return float(raw)
     except ValueError:
         raise src.fail(line, f"score {raw!r} is not a number") from None
+
+
+_JSON_TYPES = {str: "a string", int: "an integer", list: "a list", dict: "an object",
+               float: "a number", bool: "a boolean", type(None): "null"}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _typed(src: _Src, line: int | str, row: dict[str, Any], key: str,
+           kind: type | tuple[type, ...]) -> Any:
+    """row[key], which must be of JSON type `kind` (a bool is no integer here)."""
+    value = _get(src, line, row, key)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        want = " or ".join(_JSON_TYPES[k] for k in kinds)
+        raise src.fail(line, f"field {key!r} is {_json_type(value)}, expected {want}")
+    return value
+
+
+def _list_of(src: _Src, art: dict[str, Any], key: str, kind: type) -> list[Any]:
+    """art[key] (line 1: one JSON object per file), a list whose items are all `kind`."""
+    items: list[Any] = _typed(src, 1, art, key, list)
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise src.fail(1, f"field {key!r}: item {i} is {_json_type(item)}, expected "
+                              f"{_JSON_TYPES[kind]}")
+    return items
 
 
 def _get(src: _Src, line: int | str, row: dict[str, Any], key: str) -> Any:
@@ -178,9 +227,11 @@ def pairs_from_json(src: _Src, mapping: dict[str, int], tag: str) -> list[Row]:
         line = f"{key!r}"
         if not isinstance(ex, dict):
             raise src.fail(line, "example is not a JSON object")
-        a, b = _get(src, line, ex, "text_a"), _get(src, line, ex, "text_b")
-        y = _label(src, line, str(_get(src, line, ex, "label")), mapping)
-        rows.append(_row(f"{tag}-{key}", str(a), str(b), y, src.where(key)))
+        a, b = (_typed(src, line, ex, k, str) for k in ("text_a", "text_b"))
+        y = _label(src, line, str(_typed(src, line, ex, "label", (str, int))), mapping)
+        rows.append(_row(f"{tag}-{key}", a, b, y, src.where(key)))
+    if not rows:
+        raise src.fail(1, "no examples (an empty split)")
     return rows
 
 
@@ -253,7 +304,11 @@ def _race(root: Path, split: str) -> list[Row]:
             art = read_json(src)
             if not isinstance(art, dict):
                 raise src.fail(1, "expected one JSON object per article")
-            qs, opts, ans = (_get(src, 1, art, k) for k in ("questions", "options", "answers"))
+            _typed(src, 1, art, "article", str)
+            qs, opts, ans = (_list_of(src, art, k, kind) for k, kind in
+                             (("questions", str), ("options", list), ("answers", str)))
+            for q, options in enumerate(opts):
+                _list_of(src, {f"options[{q}]": options}, f"options[{q}]", str)
             if not len(qs) == len(opts) == len(ans):
                 raise src.fail(1, f"{len(qs)} questions, {len(opts)} option lists and "
                                   f"{len(ans)} answers differ in number")
@@ -452,9 +507,13 @@ def read_tables(task_dir: str | Path) -> Tables:
     out = {}
     for split in SPLITS:
         path = Path(task_dir) / f"{split}.parquet"
-        if not path.is_file():
-            raise Gpt1Error("canonical task table missing (run the prepare_task stage)", path)
-        df = pd.read_parquet(path)
+        df = read_parquet_artifact(path, "prepare_task")
+        missing = [c for c in CANONICAL_COLUMNS if c not in df.columns]
+        if missing:
+            raise Gpt1Error(f"not a canonical task table (no column {missing[0]!r}); re-run "
+                            "the prepare_task stage", path)
+        if df.empty:
+            raise Gpt1Error("no rows; re-run the prepare_task stage", path)
         df["choices"] = df["choices"].map(list)
         out[split] = df
     return out
@@ -465,6 +524,9 @@ def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path) -> dict[st
     Gpt1Error naming the file and line it came from (base = the mirror's tasks/ folder)."""
     report = {}
     for split in SPLITS:
+        if tables[split].empty:  # every check of an empty table passes; the next stage fails
+            raise Gpt1Error(f"{spec.name}/{split}: no rows (from {spec.sources[split]}); "
+                            "every split needs examples")
         rep = check_task_table(tables[split], spec)
         report[split] = rep
         if rep["success"]:

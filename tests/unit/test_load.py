@@ -135,7 +135,7 @@ def test_tables_roundtrip(mirror: Path, make_params, tmp_path: Path) -> None:
     write_tables(tables, tmp_path / "race")
     back = read_tables(tmp_path / "race")
     assert back["dev"].to_dict("records") == tables["dev"].to_dict("records")
-    with pytest.raises(Gpt1Error, match="canonical task table missing"):
+    with pytest.raises(Gpt1Error, match="missing; run the prepare_task stage first"):
         read_tables(tmp_path / "nope")
 
 
