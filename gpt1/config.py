@@ -274,6 +274,9 @@ class TasksCfg(Section):
     truncation: Literal["half", "longest_first"]
     """half: each of the two segments cut to n_ctx // 2 - 2 tokens (original release,
     spec §5); longest_first: cut the longer segment until the sequence fits n_ctx."""
+    truncation_overrides: dict[str, Literal["half", "longest_first"]]
+    """Per-task truncation rule replacing `truncation` (paper preset: RACE longest_first, so a
+    RACE passage gets the full context; "half" is the original's ROCStories rule)."""
     truncate_keep: Literal["head", "tail"]
     """Which end of an over-long segment is kept (original: head, `ctx[:max_len]`). In a
     multiple-choice context the question is kept whole and the passage is cut."""
@@ -476,6 +479,10 @@ class Params(Section):
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
+        unknown = set(self.tasks.truncation_overrides) - set(self.finetune.tasks)
+        if unknown:
+            raise ValueError(
+                f"tasks.truncation_overrides: tasks not in finetune.tasks: {sorted(unknown)}")
         return self
 
     def as_dict(self) -> dict[str, Any]:

@@ -89,10 +89,16 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
 
 
 def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,
-                 fresh: Callable[[], nn.Module]) -> BodyFactory:
+                 fresh: Callable[[], nn.Module], *, n_special: int) -> BodyFactory:
     """seed -> body: `scratch` = fresh(); `pretrained` = a seeded fresh copy of the pre-trained
     architecture with its embeddings + first `layers_transferred` blocks copied (None = all;
-    Figure 2 left), the rest left at their random init. An LSTM body is copied whole."""
+    Figure 2 left), the rest left at their random init. An LSTM body is copied whole.
+
+    The embedding rows of the `n_special` special tokens (the last ids) keep this seed's fresh
+    N(0, initializer_range) init instead of the pre-trained rows: the original release adds
+    them at fine-tuning (`np.random.randn(n_special, n_embd) * 0.02`), they are not
+    pre-trained there (spec §5).
+    """
 
     def make(seed: int) -> nn.Module:
         torch.manual_seed(seed)
@@ -103,6 +109,8 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
         body = copy.deepcopy(pretrained).train()
         reset = cast(Callable[[], None], body.reset_parameters)
         reset()  # the blocks not transferred start from this seed's random init
+        specials = _special_rows(body, n_special)
+        fresh_rows = specials.detach().clone()
         state = pretrained.state_dict()
         if isinstance(body, GPT):
             transfer_weights(state, body, layers_transferred)
@@ -110,9 +118,19 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
             if layers_transferred is not None:
                 raise ValueError("layers_transferred applies to the Transformer only")
             body.load_state_dict(state)
+        with torch.no_grad():
+            specials.copy_(fresh_rows)
         return body
 
     return make
+
+
+def _special_rows(body: nn.Module, n_special: int) -> torch.Tensor:
+    """The last `n_special` rows of the body's (tied) token embedding, as a view."""
+    weight = cast(torch.Tensor, cast(nn.Module, body.tokens_embed).weight)
+    if not 0 <= n_special < weight.shape[0]:
+        raise ValueError(f"n_special={n_special} outside 0..{weight.shape[0] - 1}")
+    return weight[weight.shape[0] - n_special:]
 
 
 def cap_table(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
@@ -225,7 +243,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
             rows = perm[start : start + hp.batch_size].tolist()
             idx, lengths = collate([train.seqs[i] for i in rows], device)
             batch = (idx, lengths, _labels(spec, train, rows, device))
-            lr = lr_at(step + 1, total, warmup, hp.lr, "linear")
+            lr = lr_at(step, total, warmup, hp.lr, "linear")  # t before its increment (optim)
             stats = train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip, precision)
             step += 1
             seen += len(rows)

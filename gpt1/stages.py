@@ -178,6 +178,12 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     return metrics
 
 
+def task_truncation(params: Params, task: str) -> formats.Truncation:
+    """The truncation of one task: tasks.truncation unless tasks.truncation_overrides names it."""
+    rule = params.tasks.truncation_overrides.get(task, params.tasks.truncation)
+    return formats.Truncation(params.model.n_positions, rule, params.tasks.truncate_keep)
+
+
 def finetune(params: Params, task: str) -> dict[str, Any]:
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table)."""
     return finetune_variant(params, task, "full", "gpt")
@@ -201,9 +207,9 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         run_dir = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
         pretrained, _ = checkpoint.load_model(run_dir, tok.hash)
     make_body = body_factory(ft.init, ft.layers_transferred, pretrained,
-                             lambda: checkpoint.build_model(kind, params, tok.vocab_size))
-    tr = formats.Truncation(params.model.n_positions, params.tasks.truncation,
-                            params.tasks.truncate_keep)
+                             lambda: checkpoint.build_model(kind, params, tok.vocab_size),
+                             n_special=len(params.bpe.special_tokens))
+    tr = task_truncation(params, task)
     encode = formats.text_encoder(tok)
     data = {s: formats.encode_table(t, spec, encode, formats.specials_of(tok), tr)
             for s, t in capped.items()}
