@@ -433,6 +433,12 @@ class ReportCfg(Section):
     """Resolution of reports/figure2.png."""
     paper_figure2: dict[str, str]
     """What the paper's Figure 2 panels show (`left`, `right`), quoted beside ours."""
+    preset: Literal["demo", "study", "paper"]
+    """Which preset the params file is, named in the report's banner."""
+    bootstrap_samples: Annotated[int, Field(ge=100)]
+    """Resamples of the eval examples behind every 95 % CI (percentile bootstrap)."""
+    bootstrap_seed: NonNegInt
+    """Seed of the resampling, so a report is reproducible."""
 
     @model_validator(mode="after")
     def _columns_defined(self) -> ReportCfg:

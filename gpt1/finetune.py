@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from gpt1 import atomic
 from gpt1.config import Params
-from gpt1.evaluate import aggregate, predict, score_split
+from gpt1.evaluate import aggregate, baselines, predict, score_split
 from gpt1.heads import TaskModel
 from gpt1.model import GPT, transfer_weights
 from gpt1.optim import build_optimizer, lr_at
@@ -232,7 +232,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     steps_per_epoch = math.ceil(len(train) / hp.batch_size)
     total = hp.epochs * steps_per_epoch
     warmup = round(hp.warmup_frac * total)
-    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+    best: tuple[float, int, dict[str, torch.Tensor], np.ndarray] | None = None
     history = []
     step, t0, seen = 0, time.perf_counter(), 0
     bar = tqdm(total=total, desc=f"{spec.name} seed {seed}", unit="step")
@@ -251,13 +251,14 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
             bar.set_postfix(loss=f"{stats['loss']:.3f}")
             on_metrics(step0 + step, {f"train/{k}": float(v) for k, v in stats.items()})
         dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
-        dev = score_split(spec, data["dev"].labels, predict(spec, dev_out), data["dev"].groups)
+        dev_pred = predict(spec, dev_out)
+        dev = score_split(spec, data["dev"].labels, dev_pred, data["dev"].groups)
         history.append({"epoch": epoch + 1, **dev})
         on_metrics(step0 + step, {f"dev/{k}": v for k, v in dev.items()})
         log.info("%s seed %d epoch %d dev %s", spec.name, seed, epoch + 1, dev)
         if best is None or dev[spec.metric] > best[0]:
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            best = (dev[spec.metric], epoch + 1, state)
+            best = (dev[spec.metric], epoch + 1, state, dev_pred)
     bar.close()
     train_s = time.perf_counter() - t0
     assert best is not None
@@ -269,13 +270,25 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     pred = predict(spec, test_out)
     scores = score_split(spec, test.labels, pred, test.groups)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
-    frame = pd.DataFrame({"id": test.ids, "group": test.groups, "label": test.labels,
-                          "prediction": pred})
-    atomic.write_bytes(out_dir / f"predictions_seed{seed}.parquet",
-                       frame.to_parquet(index=False) or b"")
+    _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
+    _write_predictions(out_dir / f"dev_predictions_seed{seed}.parquet", data["dev"], best[3])
     return {"seed": seed, "scores": scores, "best_epoch": best[1], "dev_history": history,
             "steps": step, "train_examples_per_s": seen / train_s,
             "eval_examples_per_s": len(test) / eval_s}
+
+
+def _write_predictions(path: Path, split: Encoded, pred: np.ndarray) -> None:
+    """Per-example predictions of one seed (the report's bootstrap resamples these rows)."""
+    frame = pd.DataFrame({"id": split.ids, "group": split.groups, "label": split.labels,
+                          "prediction": pred})
+    atomic.write_bytes(path, frame.to_parquet(index=False) or b"")
+
+
+def n_choices(spec: TaskSpec, split: Encoded) -> np.ndarray:
+    """Per example, how many answers a random guess picks from (choice: its sequences)."""
+    if spec.fmt == "choice":
+        return np.array([len(ex) for ex in split.seqs])
+    return np.full(len(split), spec.n_outputs)
 
 
 def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
@@ -295,6 +308,8 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                                    device, steps_before))
     return {
         "scores": aggregate([r["scores"] for r in runs]),
+        "baselines": baselines(spec, data["train"].labels, data["test"].labels,
+                               n_choices(spec, data["test"]), data["test"].groups),
         "seeds": runs,
         "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_eval": len(data["test"]),
         "truncated": {s: data[s].n_truncated for s in data},

@@ -221,7 +221,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
         atomic.write_json(out_dir / "result.json", result)
-        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample)
+        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample, out_dir)
         path = write_metrics(params, f"finetune_{suffix}", metrics)
         tracking.log_summary(metrics)
         tracking.log_artifact(path)
@@ -231,13 +231,18 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
 
 
 def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: str,
-                      result: dict[str, Any], sample: dict[str, str]) -> dict[str, Any]:
+                      result: dict[str, Any], sample: dict[str, str], out_dir: Path
+                      ) -> dict[str, Any]:
     """The metrics JSON of one fine-tuning run (interfaces: task, variant, metric, scores,
-    eval_split, n_train, n_eval; plus provenance of splits, truncation and speed)."""
+    baselines, predictions (per-seed files the report bootstraps), eval_split, n_train, n_eval;
+    plus provenance of splits, truncation and speed)."""
     ft = params.finetune
     return {
         "task": spec.name, "variant": variant, "metric": spec.metric,
-        "scores": result["scores"],
+        "scores": result["scores"], "baselines": result["baselines"],
+        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
+                                for s in hp.seeds]
+                        for split, prefix in (("test", ""), ("dev", "dev_"))},
         "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
                        f"dev = {spec.sources['dev']}{sample['dev']}"),
         "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
@@ -326,6 +331,7 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
         "eval_split": (f"dev = {spec.sources['dev']} (selected epoch); train = seeded sample "
                        f"of {inner['n_eval']} of the {inner['n_train']} training rows"),
         "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
+        "predictions": {"dev": inner["predictions"]["dev"]},
     }
     write_metrics(params, f"layers_{task}_{layers}", metrics)
     return metrics

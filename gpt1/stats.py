@@ -33,7 +33,7 @@ class Summary:
     n: int
 
 
-def seed_summary(values: Sequence[float]) -> Summary:
+def seed_summary(values: Sequence[float] | np.ndarray) -> Summary:
     """Mean and sample sd (ddof 1) of per-seed values; no sd for a single seed."""
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:

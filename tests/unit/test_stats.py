@@ -104,3 +104,22 @@ def test_majority_scores_from_train_and_eval_labels() -> None:
     # The training split decides, not the eval split: a mostly-0 train predicts 0.
     assert stats.majority_score("acc", 1 - train, y) == pytest.approx(0.34)
     assert stats.majority_score("pearson", np.array([0.5, 0.5, 3.0]), np.array([1.0, 2.0])) == 0
+
+
+def test_baseline_columns_from_the_task_data() -> None:
+    """S4: chance and majority per JSON score name, from the eval labels and the training
+    split's majority label (MRPC: F1 of always "paraphrase"; RACE: 1 / 4 per group)."""
+    from gpt1.evaluate import baselines
+    from gpt1.tasks.registry import TASKS
+
+    train, y = np.array([1] * 70 + [0] * 30), np.array([1] * 66 + [0] * 34)
+    mrpc = baselines(TASKS["mrpc"], train, y, np.full(100, 2), [""] * 100)
+    assert mrpc["f1"] == {"chance": pytest.approx(1.32 / 2.32),
+                          "majority": pytest.approx(2 * 0.66 / 1.66)}
+    assert mrpc["acc"] == {"chance": 0.5, "majority": pytest.approx(0.66)}
+    groups = ["middle"] * 40 + ["high"] * 60
+    race_y = np.array([0] * 10 + [2] * 30 + [2] * 60)
+    race = baselines(TASKS["race"], np.array([2, 2, 1]), race_y, np.full(100, 4), groups)
+    assert race["acc"] == {"chance": 0.25, "majority": pytest.approx(0.9)}
+    assert race["acc_middle"]["majority"] == pytest.approx(0.75)
+    assert race["acc_high"] == {"chance": 0.25, "majority": 1.0}
