@@ -9,6 +9,7 @@ Values in the JSON are fractions; tables show them x 100 like the paper.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -405,12 +406,17 @@ def zeroshot_curves(metrics: Metrics) -> dict[str, dict[str, list[tuple[int, flo
     return out
 
 
+Bands = dict[str, Any]
+"""Error bands of Figure 2: "left" task -> [(k, low, high)] (fractions), "right" model -> task
+-> [(step, low, high)] (normalised), each a 95 % bootstrap CI."""
+
+
 def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                  right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                 n_layer: int) -> Any:
+                 n_layer: int, bands: Bands | None = None) -> Any:
     """Figure 2 as one matplotlib figure, two panels: layers transferred (left: dev solid,
     train dashed, one colour per task), zero-shot vs updates (right: log x, one colour per
-    task, Transformer solid, LSTM dashed)."""
+    task, Transformer solid, LSTM dashed); shaded 95 % CI bands where `bands` has them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -426,6 +432,11 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                 ks, acc = zip(*pts, strict=True)
                 ax_l.plot(ks, [100 * a for a in acc], style, marker="o", color=colors(i),
                           label=f"{task.upper()} {split}")
+    bands = bands or {}
+    for task, band in bands.get("left", {}).items():
+        ks, lo, hi = zip(*band, strict=True)
+        ax_l.fill_between(ks, [100 * v for v in lo], [100 * v for v in hi],
+                          color=colors(list(left).index(task)), alpha=0.15, linewidth=0)
     ax_l.set_xlabel("# of layers transferred")
     ax_l.set_ylabel("accuracy (%)")
     ax_l.set_xlim(-0.3, n_layer + 0.3)
@@ -439,6 +450,12 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
             steps, vals = zip(*pts, strict=True)
             ax_r.plot(steps, vals, style, marker=".", color=colors(tasks.index(task)),
                       label=f"{task.upper()} ({MODEL_LABELS.get(model, model)})")
+    for model, per_task in bands.get("right", {}).items():
+        for task, band in per_task.items():
+            if task in tasks:
+                steps, lo, hi = zip(*band, strict=True)
+                ax_r.fill_between(steps, lo, hi, color=colors(tasks.index(task)),
+                                  alpha=0.12 if model == "transformer" else 0.06, linewidth=0)
     ax_r.set_xscale("log")
     ax_r.axhline(0.0, color="grey", lw=0.8)
     ax_r.set_xlabel("pre-training updates (log scale)")
@@ -456,13 +473,13 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
 
 def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                  right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                 path: str | Path, dpi: int, n_layer: int) -> None:
+                 path: str | Path, dpi: int, n_layer: int, bands: Bands | None = None) -> None:
     """Figure 2 as one PNG (written atomically)."""
     import matplotlib.pyplot as plt
 
     from gpt1 import atomic
 
-    fig = draw_figure2(left, right, n_layer)
+    fig = draw_figure2(left, right, n_layer, bands)
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)
     plt.close(fig)
@@ -687,6 +704,19 @@ def layer_predictions(metrics: Metrics, tasks: Sequence[str], k: int) -> RowPred
     return out
 
 
+def layer_bands(params: Params, metrics: Metrics) -> dict[str, list[tuple[int, float, float]]]:
+    """task -> [(k, low, high)]: 95 % bootstrap CI of each Figure 2-left dev point (seed mean;
+    dev examples resampled once per draw for all seeds)."""
+    out: dict[str, list[tuple[int, float, float]]] = {}
+    for task in params.layers.tasks:
+        for k in params.layers.layers_transferred:
+            row = layer_predictions(metrics, [task], k)
+            ci = contrast([row], [1.0], [[f"{task}.{TASKS[task].metric}"]], params)
+            if ci is not None:
+                out.setdefault(task, []).append((k, ci.low, ci.high))
+    return out
+
+
 def _finding_layers(params: Params, metrics: Metrics,
                     left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
     ks = sorted(params.layers.layers_transferred)
@@ -711,23 +741,102 @@ def _finding_layers(params: Params, metrics: Metrics,
             "examples (shared by both k and all seeds); held = CI above 0.")
 
 
-def _finding_zeroshot(right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
+ZsPreds = dict[str, dict[int, tuple[np.ndarray, np.ndarray]]]
+"""task -> checkpoint step -> (labels, predictions) of the zero-shot heuristics."""
+
+
+def zeroshot_predictions(m: Mapping[str, Any]) -> ZsPreds | None:
+    """The per-example zero-shot predictions a zeroshot metrics JSON names; None if absent."""
+    import pandas as pd
+
+    path = m.get("predictions")
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        df = pd.read_parquet(path).sort_values(["task", "step", "example"], kind="stable")
+    except Exception as err:  # pyarrow raises several types on a damaged file
+        raise Gpt1Error(f"unreadable parquet ({str(err).splitlines()[0]})", path) from None
+    out: ZsPreds = {}
+    for (task, step), g in df.groupby(["task", "step"], sort=True):
+        out.setdefault(str(task), {})[int(step)] = (g["label"].to_numpy(),
+                                                    g["prediction"].to_numpy())
+    return out
+
+
+def _zs_value(m: Mapping[str, Any], preds: ZsPreds, task: str, step: int,
+              idx: np.ndarray) -> float:
+    """Normalised zero-shot score of one task at one checkpoint on the examples idx."""
+    norm = m["norm"][task]
+    y, p = preds[task][step]
+    raw = stats.metric(norm["metric"], y[idx], p[idx])
+    return (raw - norm["random"]) / (norm["sota"] - norm["random"])
+
+
+def zeroshot_bands(params: Params, metrics: Metrics
+                   ) -> dict[str, dict[str, list[tuple[int, float, float]]]]:
+    """model -> task -> [(step, low, high)]: 95 % bootstrap CI over the scored examples of
+    each normalised zero-shot point (one pre-training run per model: no seed spread)."""
+    cfg = params.report
+    out: dict[str, dict[str, list[tuple[int, float, float]]]] = {}
+    for stem, m in sorted(metrics.items()):
+        preds = zeroshot_predictions(m) if stem.startswith("zeroshot") else None
+        if preds is None:
+            continue
+        for task, by_step in preds.items():
+            band = []
+            for step in sorted(by_step):
+                ci = stats.bootstrap_ci(functools.partial(_zs_value, m, preds, task, step),
+                                        len(by_step[step][0]), cfg.bootstrap_samples,
+                                        cfg.bootstrap_seed)
+                band.append((step, ci.low, ci.high))
+            out.setdefault(m["model"], {})[task] = band
+    return out
+
+
+def zeroshot_gain(params: Params, m: Mapping[str, Any]) -> stats.Interval | None:
+    """Task-mean normalised score at the last minus the first checkpoint, with its paired
+    bootstrap CI (each task's examples resampled once per draw for both checkpoints)."""
+    preds = zeroshot_predictions(m)
+    if not preds:
+        return None
+    tasks = sorted(preds)
+    steps = sorted(set.intersection(*(set(preds[t]) for t in tasks)))
+    if len(steps) < 2:
+        return None
+
+    def fn(idx: Sequence[np.ndarray]) -> float:
+        return float(np.mean([_zs_value(m, preds, t, steps[-1], i)
+                              - _zs_value(m, preds, t, steps[0], i)
+                              for t, i in zip(tasks, idx, strict=True)]))
+
+    cfg = params.report
+    return stats.joint_bootstrap(fn, [len(preds[t][steps[0]][0]) for t in tasks],
+                                 cfg.bootstrap_samples, cfg.bootstrap_seed)
+
+
+def _finding_zeroshot(params: Params, metrics: Metrics,
+                      right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
     trend = {m: t for m, per_task in right.items() if (t := _trend(per_task)) is not None}
     if "transformer" not in trend:
         return "- **(d) zero-shot (Figure 2 right): inconclusive** — fewer than two checkpoints."
     rho, rough, net = trend["transformer"]
-    rises = rho > 0 and net > rough
+    gain = zeroshot_gain(params, metrics.get("zeroshot", {}))
+    rises = gain.low > 0 if gain is not None else rho > 0 and net > rough
     lstm = trend.get("lstm")
     rougher = lstm is not None and lstm[1] > rough
     word = "held" if rises and rougher else "not held"
     lstm_text = ("no LSTM curve" if lstm is None else
                  f"LSTM sd of step-to-step change {lstm[1]:.3f} vs Transformer {rough:.3f}")
+    ci = ("" if gain is None else f", 95 % CI [{gain.low:+.3f}, {gain.high:+.3f}] (bootstrap "
+          "over the scored examples, paired across the two checkpoints)")
+    rule = ("rises = the CI of the net change is above 0" if gain is not None else
+            "rises = rho > 0 and net change > step-to-step sd (no per-example predictions)")
     return (f"- **(d) zero-shot rises with pre-training, LSTM more variable (Figure 2 right): "
             f"{word}.** Transformer task-mean normalised score: net change {net:+.3f} from "
-            f"the first to the last checkpoint, Spearman rho with updates {rho:+.2f}, sd of "
-            f"step-to-step change {rough:.3f}; {lstm_text}. Test: rises = rho > 0 and net "
-            "change > step-to-step sd; held needs both parts (a descriptive rule over the "
-            "checkpoints: one pre-training run per model, no seed spread).")
+            f"the first to the last checkpoint{ci}, Spearman rho with updates {rho:+.2f}, sd "
+            f"of step-to-step change {rough:.3f}; {lstm_text}. Test: {rule}; more variable = "
+            "larger sd of step-to-step change; held needs both. One pre-training run per "
+            "model: the spread is over examples, not pre-training seeds.")
 
 
 def render_findings(params: Params, metrics: Metrics,
@@ -742,7 +851,7 @@ def render_findings(params: Params, metrics: Metrics,
                           "scratch"),
             _finding_aux(params, metrics),
             _finding_layers(params, metrics, left),
-            _finding_zeroshot(right),
+            _finding_zeroshot(params, metrics, right),
             _finding_rows(params, metrics, "e", "Transformer beats the LSTM (rows 1 vs 4)",
                           "full", "lstm"),
             "",
@@ -899,10 +1008,12 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
             f"Left, layers transferred ({', '.join(params.layers.tasks)}; k in "
             f"{list(params.layers.layers_transferred)}; solid = dev, dashed = train "
-            "accuracy). " + describe_left(left) + f" Paper: {cfg.paper_figure2['left']}. "
+            "accuracy, mean over seeds; shaded = 95 % bootstrap CI over dev examples). "
+            + describe_left(left) + f" Paper: {cfg.paper_figure2['left']}. "
             + compare_left(left), "",
             "Right, zero-shot (0 = random guess, 1 = state of the art; Transformer solid, "
-            "LSTM dashed). " + describe_right(right)
+            "LSTM dashed; shaded = 95 % bootstrap CI over the scored examples: one pre-training "
+            "run per model, so no seed spread). " + describe_right(right)
             + f" Paper: {cfg.paper_figure2['right']}. " + compare_right(right), ""]
     ztable = _zeroshot_table(metrics)
     if ztable:
@@ -932,7 +1043,9 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
     paths = {"figure": out / "figure2.png", "report": out / "report.md"}
-    plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer)
+    bands = {"left": layer_bands(params, metrics), "right": zeroshot_bands(params, metrics)}
+    plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer,
+                 bands)
     for name, rows in plot_tables(left, right, params.zeroshot.tasks).items():
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))

@@ -358,19 +358,27 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = resolve_precision(params.pretrain.precision, device)
     n_ctx = params.model.n_positions
-    rows = []
+    rows, frames = [], []
     with tracking.start_run(stage, params) as on_metrics:
         for step in tqdm(steps, desc=f"{stage} checkpoints", unit="ckpt"):
             model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
             scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
                                     lambda: autocast_for(precision, device))
-            raw = zs.evaluate(scorer, data, n_ctx)
+            preds, threshold = zs.predict_tasks(scorer, data, n_ctx)
+            raw = zs.scores_of(preds, threshold)
+            frames += [pd.DataFrame({"step": step, "task": t, "example": range(len(y)),
+                                     "label": y, "prediction": p}) for t, (y, p) in preds.items()]
             norm = {t: zs.normalise(raw[t], cfg.norm[t]) for t in cfg.tasks}
             rows.append({"step": step, "scores": raw, "normalised": norm})
             on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
             log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
+    pred_path = Path(params.paths.finetuned) / "zeroshot" / f"{model_name}.parquet"
+    table = pd.concat(frames) if frames else pd.DataFrame(
+        columns=["step", "task", "example", "label", "prediction"])
+    atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
     metrics = {
         "model": model_name, "checkpoints": rows, "n_examples": counts,
+        "predictions": str(pred_path),
         "eval_split": (f"canonical test splits of {', '.join(t for t in cfg.tasks if t != 'dprd')}"
                        f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
                        f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),

@@ -327,3 +327,46 @@ def test_finding_a_verdict_from_paired_bootstrap(make_params, tmp_path: Path, fu
     cols, ci, per_seed, _ = report._row_pair(params, metrics, "full", "scratch")
     assert cols == ["CoLA", "SST2"] and ci is not None and len(per_seed) == 3
     assert ci.low <= ci.estimate <= ci.high
+
+
+def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int
+                   ) -> dict[str, Any]:
+    """A zeroshot metrics JSON with per-example SST-2 predictions: right on correct[step] * n
+    examples at each checkpoint step."""
+    labels = np.arange(n) % 2
+    frames, rows = [], []
+    for step, frac in correct.items():
+        pred = np.where(np.arange(n) < round(frac * n), labels, 1 - labels)
+        frames.append(pd.DataFrame({"step": step, "task": "sst2", "example": range(n),
+                                    "label": labels, "prediction": pred}))
+        norm = (frac - 0.5) / (0.932 - 0.5)
+        rows.append({"step": step, "scores": {"sst2": frac}, "normalised": {"sst2": norm}})
+    path = root / f"zs_{model}.parquet"
+    pd.concat(frames).to_parquet(path)
+    return {"model": model, "checkpoints": rows, "predictions": str(path),
+            "norm": {"sst2": {"metric": "acc", "random": 0.5, "sota": 0.932}}}
+
+
+def test_finding_d_uses_the_bootstrap_over_zero_shot_examples(make_params, tmp_path: Path
+                                                              ) -> None:
+    params = make_params({"report": {"bootstrap_samples": 200}})
+    metrics = {"zeroshot": _zeroshot_json(tmp_path, "transformer",
+                                          {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400),
+               "zeroshot_lstm": _zeroshot_json(tmp_path, "lstm",
+                                               {1: 0.5, 10: 0.75, 100: 0.55, 1000: 0.7}, 400)}
+    gain = report.zeroshot_gain(params, metrics["zeroshot"])
+    assert gain is not None and gain.estimate == pytest.approx(0.3 / 0.432)
+    assert 0 < gain.low < gain.estimate < gain.high
+    line = report._finding_zeroshot(params, metrics, report.zeroshot_curves(metrics))
+    assert ": held.**" in line and "95 % CI" in line
+    (tmp_path / "flat").mkdir()
+    flat = {"zeroshot": _zeroshot_json(tmp_path / "flat", "transformer", {1: 0.6, 1000: 0.61},
+                                       400)}
+    assert ": not held.**" in report._finding_zeroshot(params, flat,
+                                                       report.zeroshot_curves(flat))
+    bands = report.zeroshot_bands(params, metrics)
+    (step, low, high) = bands["transformer"]["sst2"][-1]
+    assert step == 1000 and low < 0.3 / 0.432 < high
+    fig = report.draw_figure2({}, report.zeroshot_curves(metrics), 4,
+                              {"left": {}, "right": bands})
+    assert len(fig.axes[1].collections) == 2  # one shaded band per curve
