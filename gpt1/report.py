@@ -855,8 +855,10 @@ def render_findings(params: Params, metrics: Metrics,
             _finding_rows(params, metrics, "e", "Transformer beats the LSTM (rows 1 vs 4)",
                           "full", "lstm"),
             "",
-            f"The from-scratch row keeps the auxiliary LM objective at λ = {lam_text} (our "
-            f"choice: only the initialisation differs from row 1). The paper: {SCRATCH_WORDING}.",
+            f"The from-scratch row's auxiliary LM weight is λ = {lam_text}, our choice ("
+            + ("as row 1: only the initialisation differs" if lam_text == params.finetune.lm_coef
+               else f"row 1 has λ = {params.finetune.lm_coef}")
+            + f"). The paper: {SCRATCH_WORDING}.",
             ""]
 
 
