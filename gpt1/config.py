@@ -278,6 +278,9 @@ class TasksCfg(Section):
     truncation: Literal["half", "longest_first"]
     """half: each of the two segments cut to n_ctx // 2 - 2 tokens (original release,
     spec §5); longest_first: cut the longer segment until the sequence fits n_ctx."""
+    truncation_overrides: dict[str, Literal["half", "longest_first"]]
+    """Per-task truncation rule replacing `truncation` (paper preset: RACE longest_first, so a
+    RACE passage gets the full context; "half" is the original's ROCStories rule)."""
     truncate_keep: Literal["head", "tail"]
     """Which end of an over-long segment is kept (original: head, `ctx[:max_len]`). In a
     multiple-choice context the question is kept whole and the passage is cut."""
@@ -434,6 +437,12 @@ class ReportCfg(Section):
     """Resolution of reports/figure2.png."""
     paper_figure2: dict[str, str]
     """What the paper's Figure 2 panels show (`left`, `right`), quoted beside ours."""
+    preset: Literal["demo", "study", "paper"]
+    """Which preset the params file is, named in the report's banner."""
+    bootstrap_samples: Annotated[int, Field(ge=100)]
+    """Resamples of the eval examples behind every 95 % CI (percentile bootstrap)."""
+    bootstrap_seed: NonNegInt
+    """Seed of the resampling, so a report is reproducible."""
 
     @model_validator(mode="after")
     def _columns_defined(self) -> ReportCfg:
@@ -487,6 +496,10 @@ class Params(Section):
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
+        unknown = set(self.tasks.truncation_overrides) - set(self.finetune.tasks)
+        if unknown:
+            raise ValueError(
+                f"tasks.truncation_overrides: tasks not in finetune.tasks: {sorted(unknown)}")
         return self
 
     def as_dict(self) -> dict[str, Any]:

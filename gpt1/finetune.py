@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from gpt1 import atomic
 from gpt1.config import Params
-from gpt1.evaluate import aggregate, predict, score_split
+from gpt1.evaluate import aggregate, baselines, predict, score_split
 from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.model import GPT, transfer_weights
@@ -91,10 +91,16 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
 
 
 def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,
-                 fresh: Callable[[], nn.Module]) -> BodyFactory:
+                 fresh: Callable[[], nn.Module], *, n_special: int) -> BodyFactory:
     """seed -> body: `scratch` = fresh(); `pretrained` = a seeded fresh copy of the pre-trained
     architecture with its embeddings + first `layers_transferred` blocks copied (None = all;
-    Figure 2 left), the rest left at their random init. An LSTM body is copied whole."""
+    Figure 2 left), the rest left at their random init. An LSTM body is copied whole.
+
+    The embedding rows of the `n_special` special tokens (the last ids) keep this seed's fresh
+    N(0, initializer_range) init instead of the pre-trained rows: the original release adds
+    them at fine-tuning (`np.random.randn(n_special, n_embd) * 0.02`), they are not
+    pre-trained there (spec §5).
+    """
 
     def make(seed: int) -> nn.Module:
         torch.manual_seed(seed)
@@ -105,6 +111,8 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
         body = copy.deepcopy(pretrained).train()
         reset = cast(Callable[[], None], body.reset_parameters)
         reset()  # the blocks not transferred start from this seed's random init
+        specials = _special_rows(body, n_special)
+        fresh_rows = specials.detach().clone()
         state = pretrained.state_dict()
         if isinstance(body, GPT):
             transfer_weights(state, body, layers_transferred)
@@ -112,9 +120,19 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
             if layers_transferred is not None:
                 raise ValueError("layers_transferred applies to the Transformer only")
             body.load_state_dict(state)
+        with torch.no_grad():
+            specials.copy_(fresh_rows)
         return body
 
     return make
+
+
+def _special_rows(body: nn.Module, n_special: int) -> torch.Tensor:
+    """The last `n_special` rows of the body's (tied) token embedding, as a view."""
+    weight = cast(torch.Tensor, cast(nn.Module, body.tokens_embed).weight)
+    if not 0 <= n_special < weight.shape[0]:
+        raise ValueError(f"n_special={n_special} outside 0..{weight.shape[0] - 1}")
+    return weight[weight.shape[0] - n_special:]
 
 
 def cap_table(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
@@ -219,7 +237,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     steps_per_epoch = math.ceil(len(train) / hp.batch_size)
     total = hp.epochs * steps_per_epoch
     warmup = round(hp.warmup_frac * total)
-    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+    best: tuple[float, int, dict[str, torch.Tensor], np.ndarray] | None = None
     history = []
     step, t0, seen = 0, time.perf_counter(), 0
     bar = tqdm(total=total, desc=f"{spec.name} seed {seed}", unit="step")
@@ -230,7 +248,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
             rows = perm[start : start + hp.batch_size].tolist()
             idx, lengths = collate([train.seqs[i] for i in rows], device)
             batch = (idx, lengths, _labels(spec, train, rows, device))
-            lr = lr_at(step + 1, total, warmup, hp.lr, "linear")
+            lr = lr_at(step, total, warmup, hp.lr, "linear")  # t before its increment (optim)
             stats = train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip, precision)
             step += 1
             seen += len(rows)
@@ -242,13 +260,14 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                 raise stop.stop(f"stopped at step {step} of seed {seed}; fine-tuning keeps "
                                 "nothing, re-run to start it again")
         dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
-        dev = score_split(spec, data["dev"].labels, predict(spec, dev_out), data["dev"].groups)
+        dev_pred = predict(spec, dev_out)
+        dev = score_split(spec, data["dev"].labels, dev_pred, data["dev"].groups)
         history.append({"epoch": epoch + 1, **dev})
         on_metrics(step0 + step, {f"dev/{k}": v for k, v in dev.items()})
         log.info("%s seed %d epoch %d dev %s", spec.name, seed, epoch + 1, dev)
         if best is None or dev[spec.metric] > best[0]:
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            best = (dev[spec.metric], epoch + 1, state)
+            best = (dev[spec.metric], epoch + 1, state, dev_pred)
     bar.close()
     train_s = time.perf_counter() - t0
     assert best is not None
@@ -260,13 +279,25 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     pred = predict(spec, test_out)
     scores = score_split(spec, test.labels, pred, test.groups)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
-    frame = pd.DataFrame({"id": test.ids, "group": test.groups, "label": test.labels,
-                          "prediction": pred})
-    atomic.write_bytes(out_dir / f"predictions_seed{seed}.parquet",
-                       frame.to_parquet(index=False) or b"")
+    _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
+    _write_predictions(out_dir / f"dev_predictions_seed{seed}.parquet", data["dev"], best[3])
     return {"seed": seed, "scores": scores, "best_epoch": best[1], "dev_history": history,
             "steps": step, "train_examples_per_s": seen / train_s,
             "eval_examples_per_s": len(test) / eval_s}
+
+
+def _write_predictions(path: Path, split: Encoded, pred: np.ndarray) -> None:
+    """Per-example predictions of one seed (the report's bootstrap resamples these rows)."""
+    frame = pd.DataFrame({"id": split.ids, "group": split.groups, "label": split.labels,
+                          "prediction": pred})
+    atomic.write_bytes(path, frame.to_parquet(index=False) or b"")
+
+
+def n_choices(spec: TaskSpec, split: Encoded) -> np.ndarray:
+    """Per example, how many answers a random guess picks from (choice: its sequences)."""
+    if spec.fmt == "choice":
+        return np.array([len(ex) for ex in split.seqs])
+    return np.full(len(split), spec.n_outputs)
 
 
 def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
@@ -287,6 +318,8 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                                        device, steps_before, stop))
     return {
         "scores": aggregate([r["scores"] for r in runs]),
+        "baselines": baselines(spec, data["train"].labels, data["test"].labels,
+                               n_choices(spec, data["test"]), data["test"].groups),
         "seeds": runs,
         "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_eval": len(data["test"]),
         "truncated": {s: data[s].n_truncated for s in data},

@@ -53,8 +53,10 @@ def lr_at(
 ) -> float:
     """Learning rate at `step` in [0, total_steps]: 0 at 0, lr_max at warmup_steps, 0 at the end.
 
-    The training loop applies lr_at(s + 1) to update s (0-based), as the original release does
-    (t incremented before use): the first update is not wasted at lr 0, the last one is at 0.
+    The training loops apply lr_at(t) to update t (0-based), as the original release does: its
+    `adam` computes `schedule(t / t_total)` from the counter t before the same step's
+    `t.assign(t + 1)` (only the bias correction uses t + 1). So the first update runs at lr 0
+    when there is a warm-up, and the last one at the small lr of step total_steps - 1.
     """
     if not 0 <= step <= total_steps:
         raise ValueError(f"step {step} outside 0..{total_steps}")

@@ -172,6 +172,12 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     return metrics
 
 
+def task_truncation(params: Params, task: str) -> formats.Truncation:
+    """The truncation of one task: tasks.truncation unless tasks.truncation_overrides names it."""
+    rule = params.tasks.truncation_overrides.get(task, params.tasks.truncation)
+    return formats.Truncation(params.model.n_positions, rule, params.tasks.truncate_keep)
+
+
 def finetune(params: Params, task: str) -> dict[str, Any]:
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table)."""
     return finetune_variant(params, task, "full", "gpt")
@@ -198,9 +204,9 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         run_dir = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
         pretrained, _ = checkpoint.load_model(run_dir, tok.hash)
     make_body = body_factory(ft.init, ft.layers_transferred, pretrained,
-                             lambda: checkpoint.build_model(kind, params, tok.vocab_size))
-    tr = formats.Truncation(params.model.n_positions, params.tasks.truncation,
-                            params.tasks.truncate_keep)
+                             lambda: checkpoint.build_model(kind, params, tok.vocab_size),
+                             n_special=len(params.bpe.special_tokens))
+    tr = task_truncation(params, task)
     encode = formats.text_encoder(tok)
     data = {s: formats.encode_table(t, spec, encode, formats.specials_of(tok), tr)
             for s, t in capped.items()}
@@ -212,7 +218,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
         atomic.write_json(out_dir / "result.json", result)
-        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample)
+        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample, out_dir)
         path = write_metrics(params, f"finetune_{suffix}", metrics)
         tracking.log_summary(metrics)
         tracking.log_artifact(path)
@@ -222,13 +228,18 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
 
 
 def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: str,
-                      result: dict[str, Any], sample: dict[str, str]) -> dict[str, Any]:
+                      result: dict[str, Any], sample: dict[str, str], out_dir: Path
+                      ) -> dict[str, Any]:
     """The metrics JSON of one fine-tuning run (interfaces: task, variant, metric, scores,
-    eval_split, n_train, n_eval; plus provenance of splits, truncation and speed)."""
+    baselines, predictions (per-seed files the report bootstraps), eval_split, n_train, n_eval;
+    plus provenance of splits, truncation and speed)."""
     ft = params.finetune
     return {
         "task": spec.name, "variant": variant, "metric": spec.metric,
-        "scores": result["scores"],
+        "scores": result["scores"], "baselines": result["baselines"],
+        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
+                                for s in hp.seeds]
+                        for split, prefix in (("test", ""), ("dev", "dev_"))},
         "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
                        f"dev = {spec.sources['dev']}{sample['dev']}"),
         "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
@@ -317,6 +328,7 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
         "eval_split": (f"dev = {spec.sources['dev']} (selected epoch); train = seeded sample "
                        f"of {inner['n_eval']} of the {inner['n_train']} training rows"),
         "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
+        "predictions": {"dev": inner["predictions"]["dev"]},
     }
     write_metrics(params, f"layers_{task}_{layers}", metrics)
     return metrics
@@ -344,19 +356,27 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     precision = resolve_precision(params.pretrain.precision, device)
     n_ctx = params.model.n_positions
-    rows = []
+    rows, frames = [], []
     with tracking.start_run(stage, params) as on_metrics:
         for step in tqdm(steps, desc=f"{stage} checkpoints", unit="ckpt"):
             model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
             scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
                                     lambda: autocast_for(precision, device))
-            raw = zs.evaluate(scorer, data, n_ctx)
+            preds, threshold = zs.predict_tasks(scorer, data, n_ctx)
+            raw = zs.scores_of(preds, threshold)
+            frames += [pd.DataFrame({"step": step, "task": t, "example": range(len(y)),
+                                     "label": y, "prediction": p}) for t, (y, p) in preds.items()]
             norm = {t: zs.normalise(raw[t], cfg.norm[t]) for t in cfg.tasks}
             rows.append({"step": step, "scores": raw, "normalised": norm})
             on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
             log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
+    pred_path = Path(params.paths.finetuned) / "zeroshot" / f"{model_name}.parquet"
+    table = pd.concat(frames) if frames else pd.DataFrame(
+        columns=["step", "task", "example", "label", "prediction"])
+    atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
     metrics = {
         "model": model_name, "checkpoints": rows, "n_examples": counts,
+        "predictions": str(pred_path),
         "eval_split": (f"canonical test splits of {', '.join(t for t in cfg.tasks if t != 'dprd')}"
                        f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
                        f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),

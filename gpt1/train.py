@@ -280,7 +280,7 @@ def pretrain(
                                cfg.micro_batch_seqs).to(device))
                 for m in range(rank * accum, (rank + 1) * accum)
             ]
-            lr = lr_at(step + 1, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
+            lr = lr_at(step, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
             try:
                 last = train_step(module, optimizer, micro, _seeded_loss, lr, cfg.grad_clip,
                                   precision)

@@ -232,23 +232,41 @@ class ZeroShotData:
     dprd: tuple[list[list[Pair]], np.ndarray] | None
 
 
-def evaluate(scorer: Scorer, data: ZeroShotData, n_ctx: int) -> dict[str, float]:
-    """Raw score per task (accuracy; MCC for CoLA) plus the CoLA threshold used."""
-    out: dict[str, float] = {}
+Predictions = dict[str, tuple[np.ndarray, np.ndarray]]
+"""task -> (labels, predictions) of one checkpoint, in example order."""
+
+
+def predict_tasks(scorer: Scorer, data: ZeroShotData, n_ctx: int
+                  ) -> tuple[Predictions, float | None]:
+    """Per task the heuristic's prediction for every example, and the CoLA threshold used."""
+    out: Predictions = {}
     steps = [(t, getattr(data, t)) for t in ("sst2", "race", "dprd")]
     for task, item in tqdm(steps, desc="zero-shot", unit="task", leave=False):
         if item is None:
             continue
         cands, labels = item
         reduce: Reduce = "sum" if task == "sst2" else "mean"
-        out[task] = float(np.mean(choose(scorer, cands, reduce, n_ctx) == labels))
+        out[task] = (labels, choose(scorer, cands, reduce, n_ctx))
+    threshold = None
     if data.cola is not None:
         test, y_test, fit, y_fit = data.cola
         threshold = fit_threshold(sentence_scores(scorer, fit, n_ctx), y_fit)
-        pred = (sentence_scores(scorer, test, n_ctx) > threshold).astype(int)
-        out["cola"] = float(matthews_corrcoef(y_test, pred))
+        out["cola"] = (y_test, (sentence_scores(scorer, test, n_ctx) > threshold).astype(int))
+    return out, threshold
+
+
+def scores_of(preds: Predictions, threshold: float | None) -> dict[str, float]:
+    """Raw score per task (accuracy; MCC for CoLA) plus the CoLA threshold used."""
+    out = {t: float(matthews_corrcoef(y, p)) if t == "cola" else float(np.mean(p == y))
+           for t, (y, p) in preds.items()}
+    if threshold is not None:
         out["cola_threshold"] = threshold
     return out
+
+
+def evaluate(scorer: Scorer, data: ZeroShotData, n_ctx: int) -> dict[str, float]:
+    """Raw score per task (accuracy; MCC for CoLA) plus the CoLA threshold used."""
+    return scores_of(*predict_tasks(scorer, data, n_ctx))
 
 
 def _cap(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:

@@ -75,7 +75,8 @@ def test_tiny_model_learns_each_family(task: str, make_params, tmp_path: Path) -
     data = {split: encode_table(synthetic(task, n, seed), spec, encode, SP, tr)
             for split, n, seed in (("train", 512, 0), ("dev", 128, 1), ("test", 128, 2))}
     hp = resolve_hparams(params, task)
-    make_body = body_factory("scratch", None, None, lambda: GPT(params.model, VOCAB_SIZE))
+    make_body = body_factory("scratch", None, None, lambda: GPT(params.model, VOCAB_SIZE),
+                             n_special=3)
     seen: list[dict[str, float]] = []
     result = finetune_task(spec, hp, data, make_body, tmp_path / task,
                            lambda step, m: seen.append(m))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -92,7 +93,10 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     assert "another config hash" not in text  # every file carries the expected hash
     rte = 100 * lstm["scores"]["acc"]["mean"]
     lstm_rows = text.split("| LSTM w/ aux LM | paper |")[1].splitlines()
-    assert lstm_rows[1].rstrip().endswith(f"| {rte:.1f} ± 0.0 |")
+    assert lstm_rows[1].rstrip().endswith(f"| {rte:.1f} |")  # one seed: no "± sd"
+    assert re.search(r"\| \[\d+\.\d, \d+\.\d\] \|$", lstm_rows[2].rstrip())  # CI from predictions
+    assert "- **(a) pre-training helps (rows 1 vs 2):" in text and "(no per-example" not in text
+    assert Path(zs["predictions"]).is_file()
     assert "MNLI dev accuracy goes from" in text and "Transformer: mean normalised" in text
     assert Path(out["outputs"]["figure"]).read_bytes()[:4] == b"\x89PNG"
     left = pd.read_csv(out["outputs"]["figure2_left"])

@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 from spec_doc import sections, spec_text, table_rows
 
@@ -50,6 +52,8 @@ def _task_json(task: str, variant: str, base: float, seeds: int) -> dict[str, An
     scores = {name: _entry([round(base + 0.01 * j + 0.004 * s, 4) for s in range(seeds)])
               for j, name in enumerate(SCORES.get(task, ["acc"]))}
     out = {"task": task, "variant": variant, "metric": next(iter(scores)), "scores": scores,
+           "baselines": {name: {"chance": 0.25 + 0.01 * j, "majority": 0.4 + 0.02 * j}
+                         for j, name in enumerate(scores)},
            "eval_split": _split_text(task), "n_train": 100, "n_eval": 50,
            "config_hash": "fixture0hash"}
     if task == "mnli":
@@ -83,6 +87,9 @@ def fixture_metrics(root: Path) -> Path:
                 task: round(0.05 * j + 0.02 * n + (wiggle if j % 2 else -wiggle), 4)
                 for n, task in enumerate(["sst2", "cola", "race", "dprd"])}}
             for j, step in enumerate([1, 10, 100, 1000])]}
+    files["pretrain"] = {"steps": 732, "tokens": 2998272, "val_ppl": 294.4, "val_loss": 5.68,
+                         "config_hash": "fixture0hash"}
+    files["train_bpe"] = {"vocab_size": 8003, "config_hash": "fixture0hash"}
     files["download_corpus"] = {"source": "mirror", "files": 113, "bytes": 74775519,
                                 "config_hash": "0ld0hash"}  # listed as stale
     for stem, body in files.items():
@@ -117,7 +124,8 @@ def test_table_cells_are_seed_statistics(make_params, tmp_path: Path) -> None:
     mean = sum(cola) / 3
     sd = (sum((v - mean) ** 2 for v in cola) / 2) ** 0.5
     row = next(line for line in table.splitlines() if line.startswith("| CoLA |"))
-    assert f"| {100 * mean:.1f} ± {100 * sd:.1f} | {100 * mean - 45.4:+.1f} | 3 |" in row
+    assert (f"| {100 * mean:.1f} ± {100 * sd:.1f} | n/a | 25.0 | 40.0 | {100 * mean - 45.4:+.1f}"
+            " | 3 |") in row
     mnli = report.column_cell(report.variant_results(metrics, "full"),
                               params.report.columns["MNLI"], params.report.glue)
     assert mnli.missing and "dev_mismatched" in mnli.missing[0]
@@ -169,12 +177,13 @@ def test_rendered_paper_column_equals_spec(make_params, tmp_path: Path) -> None:
     seen = 0
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] in PAPER_ROWS and len(cells) == 7:
+        if cells[0] in PAPER_ROWS and len(cells) == 10:
             row, pos = PAPER_ROWS[cells[0]]
             assert float(cells[1]) == tasks[row][pos], cells[0]
             seen += 1
         if cells[0] in TABLE5_ROWS.values() and cells[1] == "paper":
-            assert [float(c) for c in cells[2:]] == list(table5[cells[0]].values())
+            paper = [v for k, v in table5[cells[0]].items() if k != "Avg"]
+            assert [float(c) for c in cells[3:]] == paper  # Avg: over the matched columns
             seen += 1
     assert seen == len(PAPER_ROWS) + len(TABLE5_ROWS)
 
@@ -229,3 +238,134 @@ def test_flat_noisy_zero_shot_curve_is_not_called_rising() -> None:
                                        (196, 0.12), (732, 0.20)]}}
     assert "does not rise" in report.compare_right(flat)
     assert "the Transformer's zero-shot score rises" in report.compare_right(rising)
+
+
+def _table5_rows(text: str) -> dict[str, list[str]]:
+    """Table 5 line label (row label + paper/ours) -> its cells."""
+    out, row = {}, ""
+    for line in text.split("### Table 5")[1].split("## Findings")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 2 and cells[1] in ("paper", "ours", "95 % CI"):
+            row = cells[0] or row
+            out[f"{row}/{cells[1]}"] = cells[2:]
+    return out
+
+
+def test_table5_avg_uses_identical_columns(make_params, tmp_path: Path) -> None:
+    """S4: a row missing a cell (no_aux has no QQP) removes that column from EVERY row's Avg,
+    the paper's included; adding an LSTM row with only CoLA and SST-2 shrinks the set again."""
+    params = fixture_params(make_params)
+    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    cols = ["CoLA", "SST2", "MRPC", "STSB", "MNLI", "QNLI", "RTE"]
+    assert report.matched_columns(params, metrics) == cols
+    rows = _table5_rows(report.render_ablations(params, metrics) + "\n## Findings")
+    cfg = params.report
+    for variant, label in TABLE5_ROWS.items():
+        if variant == "lstm":
+            assert rows[f"{label}/ours"][0] == "n/a"  # not run: no Avg
+            continue
+        res = report.variant_results(metrics, variant)
+        per_col = [np.mean(report._seed_mean(report.column_values(res, cfg.columns[c],
+                                                                  cfg.glue)[0])) for c in cols]
+        assert rows[f"{label}/ours"][0].split(" ")[0] == f"{100 * np.mean(per_col):.1f}"
+        paper = np.mean([cfg.paper_ablations[variant][c] for c in cols])
+        assert rows[f"{label}/paper"][0] == f"{paper:.1f}"
+    for task in ("cola", "sst2"):
+        (tmp_path / f"finetune_lstm_{task}.json").write_text(json.dumps(
+            _task_json(task, "lstm", 0.2, 3)))
+    metrics = report.read_metrics(tmp_path)
+    assert report.matched_columns(params, metrics) == ["CoLA", "SST2"]
+
+
+def _preds_json(root: Path, variant: str, task: str, correct: list[float], n: int
+                ) -> dict[str, Any]:
+    """A metrics JSON whose per-seed prediction files are right on correct[s] * n examples of
+    a fixed binary eval split (so acc per seed = correct[s]): the first ones for `full`, the
+    last ones otherwise (the two rows' errors fall on different examples)."""
+    labels = np.arange(n) % 2
+    paths = []
+    for s, frac in enumerate(correct):
+        pred = labels.copy()
+        wrong = np.arange(n) >= round(frac * n)
+        wrong = wrong if variant == "full" else wrong[::-1]
+        pred[wrong] = 1 - pred[wrong]
+        path = root / f"{variant}_{task}_seed{s}.parquet"
+        pd.DataFrame({"id": [str(i) for i in range(n)], "group": [""] * n, "label": labels,
+                      "prediction": pred}).to_parquet(path)
+        paths.append(str(path))
+    out = _task_json(task, variant, 0.0, len(correct))
+    score = "mcc" if task == "cola" else "acc"
+    vals = [report.stats.metric(score, labels, pd.read_parquet(p)["prediction"].to_numpy())
+            for p in paths]
+    out["scores"] = {score: {"mean": float(np.mean(vals)), "sd": 0.0, "per_seed": vals}}
+    out["predictions"] = {"test": paths}
+    return out
+
+
+@pytest.mark.parametrize(("full", "scratch", "word"), [
+    ([0.85, 0.8, 0.9], [0.5, 0.55, 0.5], "held"),
+    ([0.5, 0.55, 0.5], [0.85, 0.8, 0.9], "not held"),
+    ([0.7, 0.72, 0.7], [0.7, 0.71, 0.7], "inconclusive"),
+])
+def test_finding_a_verdict_from_paired_bootstrap(make_params, tmp_path: Path, full, scratch,
+                                                 word) -> None:
+    """S2/S3 machinery: the verdict of (a) follows the CI of the paired difference of the
+    matched-column averages; its estimate is the difference of the two rows' averages."""
+    params = make_params({"report": {"bootstrap_samples": 200}})
+    metrics = {}
+    for variant, acc in (("full", full), ("scratch", scratch)):
+        for task in ("sst2", "cola"):
+            stem = "finetune_" + (task if variant == "full" else f"{variant}_{task}")
+            metrics[stem] = _preds_json(tmp_path, variant, task, acc, 400)
+    line = report._finding_rows(params, metrics, "a", "pre-training helps", "full", "scratch")
+    assert f": {word}.**" in line
+    avg = {v: np.mean([metrics[s]["scores"][k]["mean"] for s in metrics for k in
+                       metrics[s]["scores"] if metrics[s]["variant"] == v])
+           for v in ("full", "scratch")}
+    assert f"= {100 * (avg['full'] - avg['scratch']):+.1f} points" in line
+    cols, ci, per_seed, _ = report._row_pair(params, metrics, "full", "scratch")
+    assert cols == ["CoLA", "SST2"] and ci is not None and len(per_seed) == 3
+    assert ci.low <= ci.estimate <= ci.high
+
+
+def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int
+                   ) -> dict[str, Any]:
+    """A zeroshot metrics JSON with per-example SST-2 predictions: right on correct[step] * n
+    examples at each checkpoint step."""
+    labels = np.arange(n) % 2
+    frames, rows = [], []
+    for step, frac in correct.items():
+        pred = np.where(np.arange(n) < round(frac * n), labels, 1 - labels)
+        frames.append(pd.DataFrame({"step": step, "task": "sst2", "example": range(n),
+                                    "label": labels, "prediction": pred}))
+        norm = (frac - 0.5) / (0.932 - 0.5)
+        rows.append({"step": step, "scores": {"sst2": frac}, "normalised": {"sst2": norm}})
+    path = root / f"zs_{model}.parquet"
+    pd.concat(frames).to_parquet(path)
+    return {"model": model, "checkpoints": rows, "predictions": str(path),
+            "norm": {"sst2": {"metric": "acc", "random": 0.5, "sota": 0.932}}}
+
+
+def test_finding_d_uses_the_bootstrap_over_zero_shot_examples(make_params, tmp_path: Path
+                                                              ) -> None:
+    params = make_params({"report": {"bootstrap_samples": 200}})
+    metrics = {"zeroshot": _zeroshot_json(tmp_path, "transformer",
+                                          {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400),
+               "zeroshot_lstm": _zeroshot_json(tmp_path, "lstm",
+                                               {1: 0.5, 10: 0.75, 100: 0.55, 1000: 0.7}, 400)}
+    gain = report.zeroshot_gain(params, metrics["zeroshot"])
+    assert gain is not None and gain.estimate == pytest.approx(0.3 / 0.432)
+    assert 0 < gain.low < gain.estimate < gain.high
+    line = report._finding_zeroshot(params, metrics, report.zeroshot_curves(metrics))
+    assert ": held.**" in line and "95 % CI" in line
+    (tmp_path / "flat").mkdir()
+    flat = {"zeroshot": _zeroshot_json(tmp_path / "flat", "transformer", {1: 0.6, 1000: 0.61},
+                                       400)}
+    assert ": not held.**" in report._finding_zeroshot(params, flat,
+                                                       report.zeroshot_curves(flat))
+    bands = report.zeroshot_bands(params, metrics)
+    (step, low, high) = bands["transformer"]["sst2"][-1]
+    assert step == 1000 and low < 0.3 / 0.432 < high
+    fig = report.draw_figure2({}, report.zeroshot_curves(metrics), 4,
+                              {"left": {}, "right": bands})
+    assert len(fig.axes[1].collections) == 2  # one shaded band per curve

@@ -55,7 +55,8 @@ def test_transfer_rejects_k_beyond_the_model(tiny_params) -> None:
 def test_finetune_body_has_pretrained_first_k_blocks_and_fresh_rest(make_params) -> None:
     params = make_params({"model": {"n_layer": 3}})
     pretrained = _model(params, 7)
-    make = body_factory("pretrained", 1, pretrained, lambda: GPT(params.model, VOCAB))
+    make = body_factory("pretrained", 1, pretrained, lambda: GPT(params.model, VOCAB),
+                        n_special=0)  # every embedding row transferred
     body, again = make(0), make(0)
     fresh = make(1)
     src = pretrained.state_dict()
