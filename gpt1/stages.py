@@ -272,8 +272,9 @@ def ablation(params: Params, task: str, variant: str) -> dict[str, Any]:
     """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop)."""
     if task not in params.ablations.tasks:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
+    variant_params = ablation_params(params, variant)  # an unknown variant: one line, listed
     kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-    return finetune_variant(ablation_params(params, variant), task, variant, kind)
+    return finetune_variant(variant_params, task, variant, kind)
 
 
 def _layers_caps(params: Params, task: str) -> Params:
