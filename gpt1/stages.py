@@ -17,7 +17,6 @@ from typing import Any
 
 import pandas as pd
 import torch
-from tqdm import tqdm
 
 from gpt1 import atomic, bpe, checkpoint, tracking, train
 from gpt1 import report as rep
@@ -29,6 +28,7 @@ from gpt1.evaluate import aggregate
 from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
+from gpt1.progress import progress
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
 from gpt1.train import autocast_for, resolve_precision
@@ -349,7 +349,7 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
     n_ctx = params.model.n_positions
     rows = []
     with tracking.start_run(stage, params) as on_metrics:
-        for step in tqdm(steps, desc=f"{stage} checkpoints", unit="ckpt"):
+        for step in progress(steps, desc=f"{stage} checkpoints", unit="ckpt"):
             model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
             scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
                                     lambda: autocast_for(precision, device))

@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import matthews_corrcoef
 from torch import nn
-from tqdm import tqdm
 
 from gpt1.config import ZeroShotCfg, ZeroShotTask
 from gpt1.errors import Gpt1Error
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def evaluate(scorer: Scorer, data: ZeroShotData, n_ctx: int) -> dict[str, float]
     """Raw score per task (accuracy; MCC for CoLA) plus the CoLA threshold used."""
     out: dict[str, float] = {}
     steps = [(t, getattr(data, t)) for t in ("sst2", "race", "dprd")]
-    for task, item in tqdm(steps, desc="zero-shot", unit="task", leave=False):
+    for task, item in progress(steps, desc="zero-shot", unit="task", nested=True):
         if item is None:
             continue
         cands, labels = item

@@ -24,6 +24,7 @@ from gpt1.config import DataCfg
 from gpt1.data import read_json_artifact
 from gpt1.data.clean import RawDocument
 from gpt1.errors import Gpt1Error
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def scan_corpus_dir(corpus: Path) -> list[dict[str, Any]]:
     if not files:
         raise Gpt1Error("corpus directory holds no files", corpus)
     entries = []
-    with tqdm(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True,
+    with progress(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True,
               desc="hash mirror", mininterval=1.0) as bar:
         for p in files:
             entries.append({"name": p.name, "doc_id": p.name, "bytes": p.stat().st_size,
@@ -98,7 +99,7 @@ def _stream_hub(cfg: DataCfg, load_dataset: LoadDataset) -> list[str]:
     """One attempt: stream up to max_documents texts from the hub dataset."""
     rows = load_dataset(cfg.hub_dataset, split=cfg.hub_split, streaming=True)
     texts: list[str] = []
-    with tqdm(total=cfg.max_documents, unit="doc", desc="download", mininterval=1.0) as bar:
+    with progress(total=cfg.max_documents, unit="doc", desc="download", mininterval=1.0) as bar:
         for row in rows:
             if cfg.max_documents is not None and len(texts) >= cfg.max_documents:
                 break
