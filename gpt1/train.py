@@ -269,7 +269,7 @@ def pretrain(
                  cfg.micro_batch_seqs, accum, world, precision, start)
         tokens_per_step = cfg.batch_seqs * cfg.seq_len
         bar = progress(total=total_steps, initial=start, unit="step", disable=rank != 0,
-                   desc=f"pretrain {meta['kind']}", mininterval=2.0, dynamic_ncols=True)
+                       desc=f"pretrain {meta['kind']}", mininterval=2.0, dynamic_ncols=True)
         window_t, window_steps, tokens_per_s = time.perf_counter(), 0, 0.0
         last: dict[str, float] = {}
         for step in range(start, total_steps):

@@ -66,7 +66,7 @@ def _encoded(
 ) -> Iterator[np.ndarray]:
     """Token arrays of texts, in order, encoded batch by batch (parallel within a batch)."""
     with progress(total=sum(map(len, texts)), unit="char", unit_scale=True, desc="encode",
-              mininterval=1.0) as bar:
+                  mininterval=1.0) as bar:
         for start in range(0, len(texts), batch_docs):
             batch = list(texts[start:start + batch_docs])
             for ids in bpe.encode_batch(batch):

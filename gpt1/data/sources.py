@@ -88,7 +88,7 @@ def scan_corpus_dir(corpus: Path) -> list[dict[str, Any]]:
         raise Gpt1Error("corpus directory holds no files", corpus)
     entries = []
     with progress(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True,
-              desc="hash mirror", mininterval=1.0) as bar:
+                  desc="hash mirror", mininterval=1.0) as bar:
         for p in files:
             entries.append({"name": p.name, "doc_id": p.name, "bytes": p.stat().st_size,
                             "sha256": sha256_file(p, bar)})
