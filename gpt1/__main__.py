@@ -23,6 +23,7 @@ from gpt1.tasks.registry import TASKS
 
 # Stage name (as in dvc.yaml) -> stages.<function>. Stages taking --task are listed in TASK_STAGES.
 STAGES: dict[str, str] = {
+    "scan_mirror": "scan_mirror",
     "download_corpus": "download_corpus",
     "clean_corpus": "clean_corpus",
     "check_corpus": "check_corpus",

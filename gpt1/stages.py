@@ -54,6 +54,15 @@ def _read_corpus(params: Params) -> Any:
         raise Gpt1Error(f"unreadable parquet ({str(err).splitlines()[0]})", path) from None
 
 
+def scan_mirror(params: Params) -> dict[str, int]:
+    """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
+    folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
+    counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
+                                 params.paths.mirror_scan)
+    log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
+    return counts
+
+
 def download_corpus(params: Params) -> dict[str, Any]:
     """Resolve the raw corpus (mirror read in place, or the hub) and write its manifest."""
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)

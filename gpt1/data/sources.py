@@ -81,6 +81,46 @@ def mirror_corpus_dir(mirror_dir: str | None) -> Path:
     return corpus
 
 
+def tree_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder` by relative path (empty when it does not exist)."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): sha256_file(p)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def scan_mirror(mirror_dir: str | None, source: str, task_dirs: dict[str, str],
+                out_dir: str | Path) -> dict[str, int]:
+    """Fingerprint the mirror's inputs into out_dir: corpus.json, <task>.json per entry of
+    `task_dirs` (task name -> folder under tasks/) and dprd.json; returns files per input.
+
+    DVC tracks these files instead of the mirror itself: DVC checks a stage's dependencies
+    before running it, so a missing mirror would be its bare `[Errno 2]` and `mirror_dir: null`
+    a path ending in `None/corpus`. Here a missing mirror is one line saying what to set, and
+    null (the hub) gives fingerprints that change only with the params.
+    """
+    inputs: dict[str, Any] = {}
+    if mirror_dir is None:
+        if source == "mirror":
+            mirror_corpus_dir(mirror_dir)  # raises: which key to set
+        inputs = {name: {"mirror_dir": None} for name in ("corpus", "dprd", *task_dirs)}
+    else:
+        root = Path(mirror_dir)
+        if not root.is_dir():
+            raise Gpt1Error(f"paths.mirror_dir is not a directory; {HOW_TO_MIRROR}, or "
+                            "null to download from the hub", root)
+        corpus = scan_corpus_dir(mirror_corpus_dir(mirror_dir)) if source == "mirror" else []
+        inputs["corpus"] = {"source": source, "files": corpus}
+        inputs["dprd"] = {"files": tree_digests(root / "tasks" / "DPRD")}
+        for task, folder in task_dirs.items():
+            inputs[task] = {"files": tree_digests(root / "tasks" / folder)}
+    with atomic.atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for name, content in inputs.items():
+            atomic.write_json(tmp / f"{name}.json", content)
+    return {name: len(content.get("files", ())) for name, content in inputs.items()}
+
+
 def scan_corpus_dir(corpus: Path) -> list[dict[str, Any]]:
     """Manifest entries (name, doc_id, bytes, sha256) of every non-hidden file, sorted."""
     files = sorted(p for p in corpus.iterdir() if p.is_file() and not p.name.startswith("."))
