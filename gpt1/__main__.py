@@ -10,6 +10,7 @@ half-written either way.
 from __future__ import annotations
 
 import argparse
+import ast
 import errno
 import importlib
 import logging
@@ -20,14 +21,17 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
 from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
+from gpt1.tasks.registry import TASKS
 
 # Stage name (as in dvc.yaml) -> stages.<function>. Stages taking --task are listed in TASK_STAGES.
 STAGES: dict[str, str] = {
+    "scan_mirror": "scan_mirror",
     "download_corpus": "download_corpus",
     "clean_corpus": "clean_corpus",
     "check_corpus": "check_corpus",
@@ -47,6 +51,13 @@ TASK_STAGES: set[str] = {"prepare_task", "finetune", "ablation", "transfer_layer
 # Stages taking more arguments than --task: stage -> {argument: type} (all required).
 STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
                                           "transfer_layers": {"layers": int}}
+ARG_HELP: dict[str, str] = {
+    "task": "one of the paper's 12 tasks (params finetune.tasks says which ones run)",
+    "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
+    "layers": "blocks transferred: a value of params layers.layers_transferred",
+}
+DESCRIPTION = """GPT-1 (Radford et al. 2018) as a pipeline: each subcommand runs one DVC stage or a
+tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment; see README."""
 
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
@@ -68,20 +79,54 @@ def quiet_telemetry() -> None:
         os.environ.setdefault(key, value)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (the valid choices included), as every other CLI error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def stage_docs() -> dict[str, str]:
+    """Each stage function's docstring, read from gpt1/stages.py without importing it (torch)."""
+    tree = ast.parse((Path(__file__).parent / "stages.py").read_text(encoding="utf-8"))
+    return {node.name: ast.get_docstring(node) or "" for node in tree.body
+            if isinstance(node, ast.FunctionDef)}
+
+
+def _first_paragraph(doc: str) -> str:
+    """A docstring's user-facing part: the rest is notes for readers of the code."""
+    return doc.split("\n\n", 1)[0]
+
+
+def _common_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """--params and -v, accepted before and after the subcommand (the subcommand's copies
+    default to SUPPRESS, so they never hide a value given before it)."""
+    parser.add_argument("--params", default="params.yaml" if top else argparse.SUPPRESS,
+                        help="params file (default params.yaml)")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        default=False if top else argparse.SUPPRESS, help="debug logging")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpt1", description=__doc__)
-    parser.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in STAGES:
-        p = sub.add_parser(name, help=f"run the `{name}` pipeline stage")
+    parser = OneLineParser(prog="gpt1", description=DESCRIPTION)
+    _common_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=OneLineParser)
+    docs = stage_docs()
+    for name, func in STAGES.items():
+        doc = docs.get(func, "") or f"the `{name}` pipeline stage"
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=_first_paragraph(doc))
+        _common_options(p, top=False)
         if name in TASK_STAGES:
-            p.add_argument("--task", required=True)
+            p.add_argument("--task", required=True, choices=list(TASKS), help=ARG_HELP["task"])
         for arg, kind in STAGE_ARGS.get(name, {}).items():
-            p.add_argument(f"--{arg}", type=kind, required=True)
+            p.add_argument(f"--{arg}", type=kind, required=True, help=ARG_HELP[arg])
     for name, module in TOOLS.items():
         tool = importlib.import_module(module)
-        tool.add_arguments(sub.add_parser(name, help=(tool.__doc__ or name).splitlines()[0]))
+        doc = tool.__doc__ or name
+        p = sub.add_parser(name, help=doc.splitlines()[0], description=_first_paragraph(doc))
+        _common_options(p, top=False)
+        tool.add_arguments(p)
     return parser
 
 

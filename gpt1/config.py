@@ -49,6 +49,9 @@ class Paths(Section):
 
     mirror_dir: str | None
     """Local mirror laid out like ../shared/data (corpus/, tasks/); null = download from the hub."""
+    mirror_scan: str
+    """sha256 fingerprints of the mirror's corpus and task folders (one JSON per input): what
+    DVC tracks of the mirror, so a missing mirror or null is the pipeline's own error / the hub."""
     raw: str
     """Download stage output: manifest.json (sha256 of every raw input) plus hub downloads."""
     clean_corpus: str

@@ -24,7 +24,6 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm import tqdm
 
 from gpt1 import atomic
 from gpt1.config import Params
@@ -33,6 +32,7 @@ from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.model import GPT, transfer_weights
 from gpt1.optim import build_optimizer, lr_at
+from gpt1.progress import progress
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
 from gpt1.train import autocast_for, resolve_precision, train_step
@@ -209,7 +209,7 @@ def infer(model: TaskModel, data: Encoded, batch_size: int, precision: str,
     model.eval()
     order = np.argsort([max(len(s) for s in ex) for ex in data.seqs], kind="stable")
     outs: list[np.ndarray] = [np.empty(0)] * len(order)
-    bar = tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", leave=False)
+    bar = progress(range(0, len(order), batch_size), desc=desc, unit="batch", nested=True)
     for start in bar:
         rows = order[start : start + batch_size]
         idx, lengths = collate([data.seqs[i] for i in rows], device)
@@ -240,7 +240,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     best: tuple[float, int, dict[str, torch.Tensor], np.ndarray] | None = None
     history = []
     step, t0, seen = 0, time.perf_counter(), 0
-    bar = tqdm(total=total, desc=f"{spec.name} seed {seed}", unit="step")
+    bar = progress(total=total, desc=f"{spec.name} seed {seed}", unit="step")
     for epoch in range(hp.epochs):
         model.train()
         perm = rng.permutation(len(train))

@@ -3,6 +3,12 @@
 Starts a Prefect server, the `gpu` process pool with this repo's deployments and a worker, and
 the MLflow UI, all bound to 127.0.0.1; `gpt1 serve --stop` stops them.
 
+While the stack runs, `<repo>/prefect.toml` points Prefect's clients at its server, so that
+`prefect deployment run ...` from any shell in the repo reaches it (Prefect reads prefect.toml
+from the working directory; environment variables still win); `--stop` removes the file, and
+Prefect falls back to its temporary server. A prefect.toml that serve did not write is never
+overwritten.
+
 Each service runs in its own session (process group); their PIDs and command lines go to
 $PREFECT_HOME/gpt1-serve.json, so `--stop` signals exactly the processes it started (and their
 children) and never a recycled PID. Re-running `gpt1 serve` restarts only services that died.
@@ -38,6 +44,8 @@ HOST = "127.0.0.1"
 STATE_FILE = "gpt1-serve.json"
 WORKER_POLL_SECONDS = "2"  # Prefect's default poll (15 s) delays every run start
 STOP_ORDER = ("mlflow-ui", "worker", "prefect-server")
+SETTINGS_FILE = "prefect.toml"  # read by Prefect from the working directory
+SETTINGS_MARK = "# written by `gpt1 serve`; removed by `gpt1 serve --stop`"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +66,7 @@ def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 serve [--stop]`."""
     if args.stop:
         stop(prefect_home() / STATE_FILE, args.timeout)
+        remove_settings(tracking.repo_root())
     else:
         start(params, args.prefect_port, not args.no_ui, args.timeout)
 
@@ -161,6 +170,7 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
         )
         save()
     _wait_http(f"{api}/health", services["prefect-server"], timeout)
+    settings = write_settings(root, api)
     for cmd in (
         [prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"],
         [prefect, "--no-prompt", "deploy", "--all"],
@@ -186,12 +196,30 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
             save()
         else:
             log.info("tracking URI %s is a server: no local MLflow UI started", uri)
-    log.info("Prefect UI http://%s:%d  (export PREFECT_API_URL=%s)", HOST, prefect_port, api)
+    log.info("Prefect UI http://%s:%d; %s points Prefect commands run in %s at it", HOST,
+             prefect_port, settings.name, root)
     if "mlflow-ui" in services:
         log.info("MLflow UI %s (ready in about 30 s)", params.tracking.ui_url)
     log.info("stop everything with: gpt1 serve --stop")
     save()
     return _read_state(path)
+
+
+def write_settings(root: Path, api: str) -> Path:
+    """`<root>/prefect.toml` naming the server's API URL (refuses to replace a user's file)."""
+    path = root / SETTINGS_FILE
+    if path.exists() and not path.read_text(encoding="utf-8").startswith(SETTINGS_MARK):
+        raise Gpt1Error("exists and was not written by `gpt1 serve`; add "
+                        f'[api] url = "{api}" to it yourself, or move it away', path)
+    atomic.write_text(path, f'{SETTINGS_MARK}\n[api]\nurl = "{api}"\n')
+    return path
+
+
+def remove_settings(root: Path) -> None:
+    """Remove the prefect.toml that `gpt1 serve` wrote (a user's own is left alone)."""
+    path = root / SETTINGS_FILE
+    if path.exists() and path.read_text(encoding="utf-8").startswith(SETTINGS_MARK):
+        path.unlink()
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
-from tqdm import tqdm
 
 from gpt1 import atomic, bpe, checkpoint, tracking, train
 from gpt1 import report as rep
@@ -28,6 +28,7 @@ from gpt1.evaluate import aggregate
 from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
+from gpt1.progress import progress
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
 from gpt1.train import autocast_for, resolve_precision
@@ -45,6 +46,15 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
 def _read_corpus(params: Params) -> Any:
     """The cleaned corpus parquet as a DataFrame (Gpt1Error when missing or unreadable)."""
     return read_parquet_artifact(params.paths.clean_corpus, "clean_corpus")
+
+
+def scan_mirror(params: Params) -> dict[str, int]:
+    """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
+    folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
+    counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
+                                 params.paths.mirror_scan)
+    log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
+    return counts
 
 
 def download_corpus(params: Params) -> dict[str, Any]:
@@ -280,8 +290,9 @@ def ablation(params: Params, task: str, variant: str) -> dict[str, Any]:
     """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop)."""
     if task not in params.ablations.tasks:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
+    variant_params = ablation_params(params, variant)  # an unknown variant: one line, listed
     kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-    return finetune_variant(ablation_params(params, variant), task, variant, kind)
+    return finetune_variant(variant_params, task, variant, kind)
 
 
 def _layers_caps(params: Params, task: str) -> Params:
@@ -358,7 +369,7 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
     n_ctx = params.model.n_positions
     rows, frames = [], []
     with tracking.start_run(stage, params) as on_metrics:
-        for step in tqdm(steps, desc=f"{stage} checkpoints", unit="ckpt"):
+        for step in progress(steps, desc=f"{stage} checkpoints", unit="ckpt"):
             model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
             scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
                                     lambda: autocast_for(precision, device))

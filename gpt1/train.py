@@ -27,7 +27,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from gpt1 import checkpoint
 from gpt1.config import Params
@@ -37,6 +36,7 @@ from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer, lr_at
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +269,8 @@ def pretrain(
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
                  cfg.micro_batch_seqs, accum, world, precision, start)
         tokens_per_step = cfg.batch_seqs * cfg.seq_len
-        bar = tqdm(total=total_steps, initial=start, unit="step", disable=rank != 0,
-                   desc=f"pretrain {meta['kind']}", mininterval=2.0, dynamic_ncols=True)
+        bar = progress(total=total_steps, initial=start, unit="step", disable=rank != 0,
+                       desc=f"pretrain {meta['kind']}", mininterval=2.0, dynamic_ncols=True)
         window_t, window_steps, tokens_per_s = time.perf_counter(), 0, 0.0
         last: dict[str, float] = {}
         for step in range(start, total_steps):

@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import matthews_corrcoef
 from torch import nn
-from tqdm import tqdm
 
 from gpt1.config import ZeroShotCfg, ZeroShotTask
 from gpt1.errors import Gpt1Error
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def predict_tasks(scorer: Scorer, data: ZeroShotData, n_ctx: int
     """Per task the heuristic's prediction for every example, and the CoLA threshold used."""
     out: Predictions = {}
     steps = [(t, getattr(data, t)) for t in ("sst2", "race", "dprd")]
-    for task, item in tqdm(steps, desc="zero-shot", unit="task", leave=False):
+    for task, item in progress(steps, desc="zero-shot", unit="task", nested=True):
         if item is None:
             continue
         cands, labels = item

@@ -1,18 +1,22 @@
 """Prefect flow over the DVC pipeline: one task per DVC stage, each `dvc repro --single-item`.
 
 The stage graph is read from DVC (pipelines.dag), so dvc.lock stays the record and DVC decides
-what is stale: a re-run skips finished stages, and a stage that checkpoints resumes. Stages with
-no path between them run at once up to params.orchestrate.max_parallel_stages; only
-params.orchestrate.io_stages are retried. One MLflow parent run per flow run and one nested run
-per stage, which the stage process logs into through $GPT1_RUN_ID. Each stage pulls its inputs
-from and pushes its outputs to params.orchestrate.dvc_remote. No ML logic here: the stages live
-in gpt1.stages and run through `python -m gpt1 <stage>` as dvc.yaml says.
+what is stale: a re-run skips finished stages, and a stage that checkpoints resumes. Each stage
+task waits for its upstream stages' futures (`wait_for`), so Prefect itself orders the stages
+and skips those downstream of a failure; stages with no path between them run at once, at most
+params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit). Only
+params.orchestrate.io_stages are retried, and never on a config error (exit code 2: retrying
+cannot heal it). A preset other than params.yaml runs in its own working copy
+(pipelines.workcopy), never by changing the workspace's params.yaml. One MLflow parent run per
+flow run and one nested run per stage, which the stage process logs into through $GPT1_RUN_ID.
+Each stage pulls its inputs from and pushes its outputs to params.orchestrate.dvc_remote. No ML
+logic here: the stages live in gpt1.stages and run through `python -m gpt1 <stage>` as dvc.yaml
+says.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -21,21 +25,55 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import Task, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import PrefectFuture, as_completed
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import TaskRun
+from prefect.concurrency.sync import concurrency
+from prefect.futures import PrefectFuture, wait
 from prefect.runtime import flow_run
+from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from gpt1 import atomic, tracking
-from gpt1.config import Params, load_params
+from gpt1 import tracking
+from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from pipelines.dag import StagePlan, read_plan, select
+from pipelines.workcopy import workspace_for
 
-# Threads available to stage tasks; the real cap is params.orchestrate.max_parallel_stages,
-# enforced by `_run_graph` (a deployment cannot size its task runner from params).
-_TASK_THREADS = 16
+# The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
+# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine).
+STAGE_SLOTS = "gpt1-stages"
+CONFIG_EXIT = 2  # `python -m gpt1` exit code for a Gpt1Error / ParamsError (gpt1/__main__.py)
+
+
+class StageError(Gpt1Error):
+    """A `dvc` command of a stage exited non-zero; `config_error` when the stage's own command
+    exited with CONFIG_EXIT (bad params or input: retrying cannot heal it)."""
+
+    def __init__(self, message: str, where: str | Path, config_error: bool) -> None:
+        super().__init__(message, where)
+        self.config_error = config_error
+
+
+def config_failure(dvc_output: list[str]) -> bool:
+    """DVC's last lines say the stage command exited with CONFIG_EXIT (`failed to run: python
+    -m gpt1 ..., exited with 2`): a config error of the stage, not DVC's own failure."""
+    return any(line.rstrip().endswith(f"exited with {CONFIG_EXIT}") for line in dvc_output[-3:])
+
+
+def retry_io_error(task_: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """Prefect `retry_condition_fn`: retry a failed stage unless it failed on a config error."""
+    try:
+        state.result()
+    except StageError as err:
+        return not err.config_error
+    except Gpt1Error:  # raised in this process: bad params or pipeline, not transient
+        return False
+    except Exception:  # noqa: BLE001 - an I/O or other transient error may heal
+        return True
+    return False
 
 
 def dvc_command() -> str:
@@ -45,20 +83,6 @@ def dvc_command() -> str:
     if not found:
         raise Gpt1Error("dvc is not installed in this environment", sys.executable)
     return found
-
-
-def activate_params(root: Path, params_path: str) -> Params:
-    """Validate `params_path` and make it the repo's params.yaml (what dvc.yaml reads).
-
-    A preset such as configs/paper.yaml is copied over params.yaml, as `dvc exp` would apply
-    it; the file is validated first, so a bad preset leaves params.yaml untouched.
-    """
-    src, dst = (root / params_path).resolve(), root / "params.yaml"
-    params = load_params(src)
-    if src != dst.resolve() and (not dst.exists() or src.read_bytes() != dst.read_bytes()):
-        logging.getLogger(__name__).warning("params.yaml <- %s", params_path)
-        atomic.write_bytes(dst, src.read_bytes())
-    return params
 
 
 def stage_env(params: Params) -> dict[str, str]:
@@ -88,19 +112,23 @@ def _dvc(args: list[str], root: Path, env: dict[str, str]) -> list[str]:
                 logger.info("%s", lines[-1])
     if proc.returncode:
         tail = " | ".join(lines[-3:])
-        raise Gpt1Error(f"`dvc {' '.join(args)}` exited with {proc.returncode}: {tail}", root)
+        raise StageError(f"`dvc {' '.join(args)}` exited with {proc.returncode}: {tail}", root,
+                         config_failure(lines))
     return lines
 
 
-@task(name="dvc-stage", task_run_name="{stage.name}", cache_policy=NO_CACHE)
+@task(name="dvc-stage", task_run_name="{stage.name}", cache_policy=NO_CACHE,
+      retry_condition_fn=retry_io_error)
 def run_stage(
     stage: StagePlan, params: Params, root: str, env: dict[str, str], parent: str | None
 ) -> dict[str, Any]:
     """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs; the stage's
     MLflow run (nested under `parent`) gets its metrics files."""
-    started, where = time.time(), Path(root)
+    where = Path(root)
     remote = params.orchestrate.dvc_remote
-    with tracking.stage_run(stage.name, params, parent) as run_id:
+    with concurrency(STAGE_SLOTS, occupy=1, strict=True, raise_on_lease_renewal_failure=False), \
+            tracking.stage_run(stage.name, params, parent) as run_id:
+        started = time.time()
         stage_env = {**env, tracking.STAGE_RUN_ENV: run_id} if run_id else env
         if remote and stage.upstream:
             _dvc(["pull", "--allow-missing", "-r", remote, *stage.upstream], where, stage_env)
@@ -115,41 +143,41 @@ def run_stage(
     return {"stage": stage.name, "status": status, "started": started, "finished": time.time()}
 
 
-def _run_graph(
+def run_graph(
     plan: list[StagePlan], params: Params, root: Path, env: dict[str, str], parent: str | None
 ) -> list[dict[str, Any]]:
-    """Submit each stage once its upstream succeeded, at most max_parallel_stages at once."""
+    """Submit every stage at once, each waiting for its upstream stages' futures; Prefect runs a
+    stage when they completed and never runs one downstream of a failure. Records in plan
+    order."""
     orch = params.orchestrate
-    pending = list(plan)  # topological: a stage's upstream comes before it
-    running: dict[PrefectFuture[dict[str, Any]], StagePlan] = {}
-    done: set[str] = set()
-    dead: set[str] = set()  # failed, or downstream of a failure
-    records: list[dict[str, Any]] = []
-    while pending or running:
-        for s in [s for s in pending if dead.intersection(s.upstream)]:
-            pending.remove(s)
-            dead.add(s.name)
-            records.append({"stage": s.name, "status": "not run (upstream failed)"})
-        ready = [s for s in pending if done.issuperset(s.upstream)]
-        for s in ready[: orch.max_parallel_stages - len(running)]:
-            pending.remove(s)
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, orch.max_parallel_stages)
+    futures: dict[str, PrefectFuture[dict[str, Any]]] = {}
+    # one thread per stage: a stage waiting for its upstream holds a thread, not a slot
+    runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=len(plan))
+    with runner:
+        for s in plan:  # topological: a stage's upstream is submitted before it
             io = s.base in orch.io_stages
-            runner = run_stage.with_options(
+            stage_task = run_stage.with_options(
                 retries=orch.io_retries if io else 0,
                 retry_delay_seconds=orch.io_retry_delay_seconds if io else 0,
             )
-            running[runner.submit(s, params, str(root), env, parent)] = s
-        if not running:
-            break
-        future = next(as_completed(list(running)))
-        s = running.pop(future)
-        result = future.result(raise_on_failure=False)
-        if future.state.is_completed():
-            done.add(s.name)
-            records.append(result)
+            futures[s.name] = runner.submit(
+                stage_task, {"stage": s, "params": params, "root": str(root), "env": env,
+                             "parent": parent},
+                wait_for=[futures[u] for u in s.upstream if u in futures],
+            )
+        wait(list(futures.values()))
+    records: list[dict[str, Any]] = []
+    for s in plan:
+        state = futures[s.name].state
+        if state.is_completed():
+            records.append(state.result())
+        elif state.is_failed() or state.is_crashed():
+            records.append({"stage": s.name, "status": "failed",
+                            "error": str(state.result(raise_on_failure=False))})
         else:
-            dead.add(s.name)
-            records.append({"stage": s.name, "status": "failed", "error": str(result)})
+            records.append({"stage": s.name, "status": "not run (upstream failed)"})
     return records
 
 
@@ -184,21 +212,22 @@ def _headline(metrics: dict[str, Any]) -> list[tuple[str, str]]:
             if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
-@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=_TASK_THREADS))  # type: ignore[arg-type]
+@flow(name="gpt1")
 def gpt1_pipeline(
     params_path: str = "params.yaml", stages: list[str] | None = None
 ) -> list[dict[str, Any]]:
-    """Run the DVC pipeline (or `stages` plus their upstream) with `params_path` as params.yaml."""
+    """Run the DVC pipeline (or `stages` plus their upstream) at the preset `params_path`: in
+    the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy)."""
     logger = get_run_logger()
-    root = Path.cwd()
-    params = activate_params(root, params_path)
+    root, params = workspace_for(Path.cwd(), params_path)
+    logger.info("working directory %s, params %s", root, params_path)
     plan = select(read_plan(root), stages)
     logger.info("stages: %s", ", ".join(s.name for s in plan))
     env = stage_env(params)
     name = f"gpt1/{flow_run.get_name() or 'local'}"
     tags = {"prefect.flow_run_id": str(flow_run.get_id())}
     with tracking.pipeline_run(name, params, tags) as parent:
-        records = _run_graph(plan, params, root, env, parent)
+        records = run_graph(plan, params, root, env, parent)
         link = tracking.run_url(params, parent) if parent else None
         table = results_markdown(root, plan, records, link)
         create_markdown_artifact(table, key="gpt1-results", description="gpt1 pipeline results")

@@ -22,10 +22,10 @@ from typing import Any
 
 import ftfy
 import spacy
-from tqdm import tqdm
 
 from gpt1.config import CleanCfg
 from gpt1.errors import Gpt1Error
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def clean_documents(
     seen: set[str] = set()
     skipped: list[str] = []
     total = sum(d.n_bytes for d in docs)
-    with tqdm(total=total, unit="B", unit_scale=True, desc="clean", mininterval=1.0) as bar:
+    with progress(total=total, unit="B", unit_scale=True, desc="clean", mininterval=1.0) as bar:
         for doc, out in zip(docs, _map_ordered(docs, cfg), strict=True):
             bar.update(doc.n_bytes)
             flags.update(out.flags)

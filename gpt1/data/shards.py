@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from tqdm import tqdm
 
 from gpt1 import atomic
 from gpt1.bpe import Bpe
 from gpt1.config import ShardCfg
 from gpt1.data import read_json_artifact
 from gpt1.errors import Gpt1Error
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,8 @@ def _encoded(
     texts: Sequence[str], bpe: Bpe, batch_docs: int, dtype: np.dtype[Any]
 ) -> Iterator[np.ndarray]:
     """Token arrays of texts, in order, encoded batch by batch (parallel within a batch)."""
-    with tqdm(total=sum(map(len, texts)), unit="char", unit_scale=True, desc="encode",
-              mininterval=1.0) as bar:
+    with progress(total=sum(map(len, texts)), unit="char", unit_scale=True, desc="encode",
+                  mininterval=1.0) as bar:
         for start in range(0, len(texts), batch_docs):
             batch = list(texts[start:start + batch_docs])
             for ids in bpe.encode_batch(batch):

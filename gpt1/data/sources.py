@@ -27,6 +27,7 @@ from gpt1.config import DataCfg
 from gpt1.data import read_json_artifact
 from gpt1.data.clean import RawDocument
 from gpt1.errors import Gpt1Error
+from gpt1.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,46 @@ def mirror_corpus_dir(mirror_dir: str | None) -> Path:
     return corpus
 
 
+def tree_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder` by relative path (empty when it does not exist)."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): sha256_file(p)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def scan_mirror(mirror_dir: str | None, source: str, task_dirs: dict[str, str],
+                out_dir: str | Path) -> dict[str, int]:
+    """Fingerprint the mirror's inputs into out_dir: corpus.json, <task>.json per entry of
+    `task_dirs` (task name -> folder under tasks/) and dprd.json; returns files per input.
+
+    DVC tracks these files instead of the mirror itself: DVC checks a stage's dependencies
+    before running it, so a missing mirror would be its bare `[Errno 2]` and `mirror_dir: null`
+    a path ending in `None/corpus`. Here a missing mirror is one line saying what to set, and
+    null (the hub) gives fingerprints that change only with the params.
+    """
+    inputs: dict[str, Any] = {}
+    if mirror_dir is None:
+        if source == "mirror":
+            mirror_corpus_dir(mirror_dir)  # raises: which key to set
+        inputs = {name: {"mirror_dir": None} for name in ("corpus", "dprd", *task_dirs)}
+    else:
+        root = Path(mirror_dir)
+        if not root.is_dir():
+            raise Gpt1Error(f"paths.mirror_dir is not a directory; {HOW_TO_MIRROR}, or "
+                            "null to download from the hub", root)
+        corpus = scan_corpus_dir(mirror_corpus_dir(mirror_dir)) if source == "mirror" else []
+        inputs["corpus"] = {"source": source, "files": corpus}
+        inputs["dprd"] = {"files": tree_digests(root / "tasks" / "DPRD")}
+        for task, folder in task_dirs.items():
+            inputs[task] = {"files": tree_digests(root / "tasks" / folder)}
+    with atomic.atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for name, content in inputs.items():
+            atomic.write_json(tmp / f"{name}.json", content)
+    return {name: len(content.get("files", ())) for name, content in inputs.items()}
+
+
 SKIP_REASONS = ("not_a_file", "dangling_symlink", "symlink_loop", "unreadable")
 """Why a corpus entry is not read; each is counted (zeros included) in the stage metrics."""
 
@@ -106,8 +147,8 @@ def scan_corpus(corpus: Path) -> tuple[list[dict[str, Any]], list[dict[str, str]
     skipped = [{"name": p.name, "reason": r} for p in names if (r := _entry_problem(p))]
     files = [p for p in names if p.name not in {s["name"] for s in skipped}]
     entries = []
-    with tqdm(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True,
-              desc="hash mirror", mininterval=1.0) as bar:
+    with progress(total=sum(p.stat().st_size for p in files), unit="B", unit_scale=True,
+                  desc="hash mirror", mininterval=1.0) as bar:
         for p in files:
             try:
                 entries.append({"name": p.name, "doc_id": p.name, "bytes": p.stat().st_size,
@@ -138,7 +179,7 @@ def _stream_hub(cfg: DataCfg, load_dataset: LoadDataset) -> list[str]:
     """One attempt: stream up to max_documents texts from the hub dataset."""
     rows = load_dataset(cfg.hub_dataset, split=cfg.hub_split, streaming=True)
     texts: list[str] = []
-    with tqdm(total=cfg.max_documents, unit="doc", desc="download", mininterval=1.0) as bar:
+    with progress(total=cfg.max_documents, unit="doc", desc="download", mininterval=1.0) as bar:
         for row in rows:
             if cfg.max_documents is not None and len(texts) >= cfg.max_documents:
                 break

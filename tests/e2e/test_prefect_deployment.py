@@ -1,12 +1,16 @@
-"""`prefect deployment run gpt1/demo --watch` against a real local stack (E1, E2, E3).
+"""The README's Prefect commands against a real local stack (U1, E1, E2, E3).
 
-A temporary copy of the repo with a generated tiny mirror and tiny params; `gpt1 serve --no-ui`
-starts a Prefect server on a free 127.0.0.1 port (temporary PREFECT_HOME), creates the `gpu`
-pool, deploys prefect.yaml and starts a worker. The first run is killed with its worker in the
-middle of pre-training (E3); `gpt1 serve` restarts the worker and the second run, watched,
-completes (E1): finished stages are skipped, pre-training resumes from its checkpoint, the two
-fine-tunes overlap (E2), dvc.lock and MLflow hold everything, and `gpt1 serve --stop` leaves no
-process behind.
+A temporary copy of the repo with a generated tiny mirror, tiny params and a paper preset
+pointed at that mirror. Each of the README's "Orchestration" lines runs as written (plus a free
+port and the test's stage subset appended) in a fresh `bash -c` without PREFECT_API_URL, as a
+new shell would: `gpt1 serve` starts a Prefect server on a free 127.0.0.1 port (temporary
+PREFECT_HOME), creates the `gpu` pool, deploys prefect.yaml and starts a worker. A first demo
+run is killed with its worker in the middle of pre-training (E3); `gpt1 serve` restarts the
+worker and the README's watched demo run completes (E1): finished stages are skipped,
+pre-training resumes from its checkpoint, the two fine-tunes overlap (E2), dvc.lock and MLflow
+hold everything, logged with the demo's params. The README's full-paper run then runs a stage
+of the paper preset in its working copy; params.yaml stays byte-identical throughout (U1), and
+`gpt1 serve --stop` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import yaml
 from conftest import TINY, deep_merge
 from data_fixtures import write_corpus
 
+from gpt1.config import load_params
+
 pytestmark = pytest.mark.slow
 
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
@@ -37,6 +43,25 @@ TARGETS = ["finetune"]  # the flow runs these stages plus their upstream (not th
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+PAPER_STAGES = ["download_corpus"]  # the full-paper run's subset: quick, and it is retried I/O
+PAPER_RAN = {"scan_mirror", *PAPER_STAGES}  # the subset plus its upstream
+
+
+def readme_commands() -> dict[str, str]:
+    """The README's Orchestration block: the command lines keyed by what they do."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Orchestration", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    keys = {"serve --stop": "stop", "serve": "serve", "gpt1/demo": "demo",
+            "gpt1/full-paper": "paper"}
+    found = {next(v for k, v in keys.items() if k in line): line for line in lines}
+    assert set(found) == set(keys.values()), f"README lines changed: {lines}"
+    return found
+
+
+def bash(line: str, cwd: Path, env: dict[str, str], timeout: float) -> str:
+    """One README line in a fresh non-login bash, as a user would type it."""
+    return run(["bash", "-c", line], cwd, env, timeout)
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -81,6 +106,13 @@ def tiny_params(repo: Path, mirror: Path) -> dict[str, Any]:
     })
     raw["finetune"]["overrides"] = {}
     return raw
+
+
+def paper_preset(repo: Path, mirror: Path) -> dict[str, Any]:
+    """configs/paper.yaml as committed, reading the test's mirror."""
+    raw = yaml.safe_load((repo / "configs" / "paper.yaml").read_text())
+    return deep_merge(raw, {"paths": {"mirror_dir": str(mirror)},
+                            "tracking": {"uri": None}, "orchestrate": {"io_retries": 0}})
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
@@ -140,12 +172,11 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def deployment_run(env: dict[str, str], repo: Path, watch: bool) -> tuple[str, str]:
-    """`prefect deployment run gpt1/demo` on the test's stage subset; (flow run id, output)."""
+def start_demo_run(env: dict[str, str], repo: Path) -> None:
+    """`prefect deployment run gpt1/demo` on the test's stage subset, not watched."""
     cmd = [str(BIN / "prefect"), "deployment", "run", "gpt1/demo",
            "--param", f"stages={json.dumps(TARGETS)}"]
-    out = run(cmd + (["--watch", "--watch-timeout", "900"] if watch else []), repo, env, 960)
-    return re.search(r"UUID: ([0-9a-f-]{36})", out).group(1), out  # type: ignore[union-attr]
+    run(cmd, repo, env, 120)
 
 
 def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
@@ -156,42 +187,51 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
     write_task_mirror(mirror)
     params = tiny_params(repo, mirror)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    params_bytes = (repo / "params.yaml").read_bytes()
+    paper = paper_preset(repo, mirror)
+    (repo / "configs" / "paper.yaml").write_text(yaml.safe_dump(paper, sort_keys=False))
+    (repo / ".venv").symlink_to(REPO / ".venv")  # the README's `.venv/bin/...`
+    readme = readme_commands()
     db = tmp_path / "mlflow.db"
     port = free_port()
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    # a new shell: no PREFECT_API_URL (serve's prefect.toml must lead the CLI to the server)
+    env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "PREFECT_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{db}",
-           "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
            "PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_LOGGING_EXTRA_LOGGERS": "gpt1"}
-    os.environ.update({k: env[k] for k in ("PREFECT_HOME", "PREFECT_API_URL")})
-    serve = [sys.executable, "-m", "gpt1", "serve", "--no-ui", "--prefect-port", str(port)]
+    os.environ.update({"PREFECT_HOME": str(home),  # this process reads the API below
+                       "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"})
+    serve = f"{readme['serve']} --no-ui --prefect-port {port}"
     run_dir = repo / params["paths"]["checkpoints"]
     started: set[int] = set()
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed pytest still stops the stack
     try:
-        run(serve, repo, env, timeout=240)
+        bash(serve, repo, env, timeout=240)
         started |= set(state_pids(home).values())
         assert set(state_pids(home)) == {"prefect-server", "worker"}
 
         # E3, part 1: lose the worker (and everything under it) mid-pretraining
-        deployment_run(env, repo, watch=False)
-        wait_for(lambda: any(run_dir.glob("checkpoints/step_*/state.json")), 300,
+        start_demo_run(env, repo)
+        wait_for(lambda: any(run_dir.glob("checkpoints/step_*/state.json")), 600,
                  "a pre-training checkpoint")
         kill_tree(state_pids(home)["worker"])
         assert not (run_dir / "model.safetensors").exists(), "pre-training finished too soon"
         killed_at = max(int(p.name.split("_")[1]) for p in run_dir.glob("checkpoints/step_*"))
-        run(serve, repo, env, timeout=240)  # restarts the dead worker only
+        bash(serve, repo, env, timeout=240)  # restarts the dead worker only
         started |= set(state_pids(home).values())
 
-        # E1: the watched re-run completes
-        flow_run_id, out = deployment_run(env, repo, watch=True)
+        # E1: the README's watched re-run completes
+        out = bash(f"{readme['demo']} --param 'stages={json.dumps(TARGETS)}'", repo, env, 960)
+        flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)  # type: ignore[union-attr]
         assert "Completed" in out
         lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
         tasks = read_task_runs(flow_run_id)
         assert set(tasks) <= set(lock), "every stage the flow ran is recorded in dvc.lock"
         assert {"pretrain", *(f"finetune@{t}" for t in TASKS)} <= set(tasks)
         assert all(t.state.is_completed() for t in tasks.values())
-        status = run([str(BIN / "dvc"), "status", *tasks], repo, env, timeout=120)
+        settled = [t for t in tasks if t != "scan_mirror"]  # always_changed: runs every time
+        status = run([str(BIN / "dvc"), "status", *settled], repo, env, timeout=120)
         assert "up to date" in status, status
         for name in tasks:
             for out_ in lock[name].get("outs", []):
@@ -211,6 +251,9 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
                     if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
         assert set(children) == set(tasks)
         assert all(r.info.status == "FINISHED" for r in children.values())
+        demo_hash = load_params(repo / "params.yaml").digest()  # U1: the demo's own params
+        assert {r.data.tags["gpt1.config_hash"] for r in [parent, *children.values()]} == {
+            demo_hash}
 
         # E3, part 2: finished stages were skipped; pre-training resumed from its checkpoint
         dvc_said = {name: r.data.tags["gpt1.dvc"] for name, r in children.items()}
@@ -224,13 +267,29 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         a, b = (tasks[f"finetune@{t}"] for t in TASKS)
         assert a.start_time < b.end_time and b.start_time < a.end_time, (
             f"no overlap: {a.start_time}-{a.end_time} vs {b.start_time}-{b.end_time}")
+
+        # U1: the README's full-paper run works in its own copy; params.yaml is untouched
+        out = bash(f"{readme['paper']} --param 'stages={json.dumps(PAPER_STAGES)}'", repo, env,
+                   600)
+        assert "Completed" in out, out[-2000:]
+        assert (repo / "params.yaml").read_bytes() == params_bytes
+        copy = repo / ".gpt1-runs" / "paper"
+        assert set(yaml.safe_load((copy / "dvc.lock").read_text())["stages"]) == PAPER_RAN
+        paper_runs = client.search_runs(
+            [client.get_experiment_by_name(paper["tracking"]["experiment"]).experiment_id])
+        assert {r.data.tags["gpt1.config_hash"] for r in paper_runs} == {
+            load_params(copy / "params.yaml").digest()}
+        assert {r.data.tags.get("gpt1.stage") for r in paper_runs} == {None, *PAPER_RAN}
     finally:
         signal.signal(signal.SIGTERM, previous)
         if (home / "gpt1-serve.json").exists():
             started |= set(state_pids(home).values())
-            subprocess.run([*serve[:4], "--stop"], cwd=repo, env=env, timeout=120, check=False)
+            subprocess.run(["bash", "-c", readme["stop"]], cwd=repo, env=env, timeout=120,
+                           check=False)
         leftovers = processes_under(tmp_path)
         for proc in leftovers:  # clean up before failing, only what this test started
             proc.send_signal(signal.SIGKILL)
     assert not [p for p in started if psutil.pid_exists(p)], "serve --stop left a service"
+    assert not (repo / "prefect.toml").exists(), "serve --stop left its prefect.toml"
+    assert (repo / "params.yaml").read_bytes() == params_bytes
     assert not leftovers, f"processes left running: {leftovers}"

@@ -127,3 +127,23 @@ def test_results_table_reads_the_plans_metrics_files(tmp_path: Path) -> None:
     assert "| m/pretrain.json | val.ppl | 112.03 |" in table
     assert "done" not in table and "stale" not in table and "val_ppl" not in table
     assert "[http://127.0.0.1:5000/#/x](http://127.0.0.1:5000/#/x)" in table
+
+
+def test_config_errors_are_not_retried_io_errors_are() -> None:
+    from prefect.states import Failed
+
+    from pipelines.gpt1_flow import StageError, config_failure, retry_io_error
+
+    said = ["Running stage 'download_corpus':", "> python -m gpt1 download_corpus",
+            "ERROR: failed to reproduce 'download_corpus': failed to run: python -m gpt1 "
+            "download_corpus, exited with 2"]
+    assert config_failure(said)
+    assert not config_failure([*said[:2], said[2].replace("with 2", "with 1")])
+
+    def retried(exc: BaseException) -> bool:
+        return retry_io_error(None, None, Failed(data=exc))  # type: ignore[arg-type]
+
+    assert not retried(StageError("bad mirror", "dvc.yaml", config_error=True))
+    assert retried(StageError("network down", "dvc.yaml", config_error=False))
+    assert not retried(Gpt1Error("bad preset", "params.yaml"))
+    assert retried(OSError("disk hiccup"))

@@ -9,8 +9,10 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from gpt1 import atomic, serve
+from gpt1.errors import Gpt1Error
 
 # Like a Prefect worker: ignores the first SIGTERM, stops on the SIGINT that follows.
 STUBBORN = (
@@ -54,3 +56,22 @@ def test_stop_stops_recorded_services_and_spares_recycled_pids(tmp_path: Path) -
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_settings_file_points_prefect_clients_at_the_server(tmp_path: Path) -> None:
+    api = "http://127.0.0.1:4321/api"
+    path = serve.write_settings(tmp_path, api)
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    read = [sys.executable, "-c",
+            "from prefect.settings import get_current_settings as s; print(s().api.url)"]
+    seen = subprocess.run(read, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert seen == api, "a fresh shell's prefect CLI in the repo would miss the server"
+    serve.remove_settings(tmp_path)
+    assert not path.exists()
+
+    path.write_text('[api]\nurl = "http://elsewhere:1/api"\n')  # the user's own file
+    with pytest.raises(Gpt1Error, match="prefect.toml: exists and was not written"):
+        serve.write_settings(tmp_path, api)
+    serve.remove_settings(tmp_path)
+    assert path.read_text() == '[api]\nurl = "http://elsewhere:1/api"\n'

@@ -1,0 +1,75 @@
+"""First contact with the CLI (U6): one line and no traceback for each mistake; helpful help."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import make_params_dict
+
+from gpt1.__main__ import STAGES, build_parser, main
+from gpt1.tasks.registry import TASKS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_outside_the_venv_says_so_in_one_line(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"  # an interpreter without the project installed, like the system one
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run([str(bare / "bin" / "python"), "-m", "gpt1", "finetune", "--task",
+                           "rte"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "source .venv/bin/activate" in one_line_error(done.stderr)
+
+
+def test_bad_task_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["finetune", "--task", "bogus"])
+    assert exit_.value.code == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert "'bogus'" in line and all(f"'{t}'" in line for t in TASKS)
+
+
+def test_bad_variant_lists_the_valid_ones(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(make_params_dict(tmp_path)))
+    code = main(["ablation", "--variant", "bogus", "--task", "cola", "--params", str(params)])
+    assert code == 2
+    line = one_line_error(capsys.readouterr().err)
+    assert "'bogus'" in line and "'scratch'" in line and "'lstm'" in line
+
+
+def test_params_before_or_after_the_subcommand() -> None:
+    parse = build_parser().parse_args
+    assert parse(["finetune", "--task", "rte"]).params == "params.yaml"
+    assert parse(["--params", "a.yaml", "finetune", "--task", "rte"]).params == "a.yaml"
+    assert parse(["finetune", "--task", "rte", "--params", "b.yaml"]).params == "b.yaml"
+    assert parse(["serve", "--stop", "--params", "c.yaml"]).params == "c.yaml"
+    assert parse(["finetune", "--task", "rte", "-v"]).verbose is True
+    assert parse(["finetune", "--task", "rte"]).verbose is False
+
+
+def test_help_describes_every_command_without_internal_notes() -> None:
+    parser = build_parser()
+    top = parser.format_help()
+    assert "STAGES table" not in top and "half-written" not in top
+    sub = next(a for a in parser._actions if a.dest == "command")
+    helps = {c.dest: c.help for c in sub._choices_actions}  # type: ignore[attr-defined]
+    assert set(STAGES) <= set(helps)
+    assert all(h and not h.startswith("run the `") for h in helps.values()), helps
+    finetune = sub.choices["finetune"].format_help()  # type: ignore[attr-defined]
+    assert "Fine-tune" in finetune and "{snli,mnli" in finetune
+    serve = sub.choices["serve"].format_help()  # type: ignore[attr-defined]
+    assert "imports neither prefect" not in serve  # the module's notes for code readers
