@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_stage(name: str, params_path: str, **kwargs: Any) -> Any:
     params = load_params(params_path)  # fail on bad params before importing anything heavy
+    os.environ.setdefault("GPT1_STAGE", name)  # gpt1.tracking.STAGE_ENV: the run's own params
     from gpt1 import stages
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])

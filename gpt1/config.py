@@ -289,9 +289,6 @@ class TrackingCfg(Section):
     from the repo root; null = $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlflow.db."""
     experiment: str
     """MLflow experiment holding the pipeline runs."""
-    flush_seconds: NonNegFloat
-    """Step metrics are buffered and sent in one batch at most this often (about 12 ms per
-    MLflow call on sqlite); 0 = send every call."""
     ui_url: str
     """Address of the MLflow UI (`gpt1 serve` binds it there); used in links to runs."""
 

@@ -36,10 +36,18 @@ from gpt1.train import autocast_for, resolve_precision
 log = logging.getLogger(__name__)
 
 
-def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
-    """Write the stage's metrics JSON (what DVC and MLflow read), with params provenance."""
+def write_metrics(params: Params, stage: str, metrics: dict[str, Any],
+                  scores: tuple[str, ...]) -> Path:
+    """Write the stage's record as two files: `<stage>.json` with the `scores` keys only (the
+    DVC metric, so `dvc metrics show/diff` carry scores and nothing that changes on a re-run
+    with the same outputs) and the sidecar `<stage>.info.json` with the rest (throughput,
+    splits, citations, counts) plus params provenance. gpt1.report.read_metrics merges them.
+    """
     path = Path(params.paths.metrics) / f"{stage}.json"
-    atomic.write_json(path, {**metrics, "config_hash": params.digest()})
+    info = {k: v for k, v in metrics.items() if k not in scores}
+    atomic.write_json(path.with_name(stage + rep.INFO_SUFFIX),
+                      {**info, "config_hash": params.digest()})
+    atomic.write_json(path, {k: metrics[k] for k in scores})
     return path
 
 
@@ -59,7 +67,7 @@ def download_corpus(params: Params) -> dict[str, Any]:
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
                "bytes": sum(f["bytes"] for f in manifest["files"])}
-    write_metrics(params, "download_corpus", metrics)
+    write_metrics(params, "download_corpus", metrics, ("files",))
     return metrics
 
 
@@ -72,7 +80,7 @@ def clean_corpus(params: Params) -> dict[str, Any]:
                         params.paths.raw)
     with atomic.atomic_path(params.paths.clean_corpus) as tmp:
         clean.documents_frame(kept).to_parquet(tmp, index=False)
-    write_metrics(params, "clean_corpus", stats)
+    write_metrics(params, "clean_corpus", stats, ("documents",))
     log.info("clean: %d documents, %d characters, dropped %s", stats["documents"],
              stats["characters"], {k: v for k, v in stats["dropped"].items() if v})
     return stats
@@ -83,7 +91,7 @@ def check_corpus(params: Params) -> dict[str, Any]:
     report = checks.check_corpus(_read_corpus(params), params.checks)
     atomic.write_json(params.paths.corpus_checks, report)
     metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed")}
-    write_metrics(params, "check_corpus", metrics)
+    write_metrics(params, "check_corpus", metrics, ("failed",))
     if not report["success"]:
         raise Gpt1Error(checks.summarize(report), params.paths.corpus_checks)
     return metrics
@@ -96,7 +104,7 @@ def train_bpe(params: Params) -> dict[str, Any]:
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
     metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
                "tokenizer_hash": tok.hash, "seconds": round(time.perf_counter() - start, 2)}
-    write_metrics(params, "train_bpe", metrics)
+    write_metrics(params, "train_bpe", metrics, ("vocab_size",))
     return metrics
 
 
@@ -116,7 +124,7 @@ def shard_corpus(params: Params) -> dict[str, Any]:
         "tokens_per_second": round(sum(v["tokens"] for v in splits.values()) / seconds),
         "tokenizer_hash": tok.hash,
     }
-    write_metrics(params, "shard_corpus", metrics)
+    write_metrics(params, "shard_corpus", metrics, ("tokens",))
     log.info("shards: %s documents, %s tokens", metrics["documents"], metrics["tokens"])
     return metrics
 
@@ -150,7 +158,9 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
             for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
                 tracking.log_artifact(Path(run_dir) / name, "model")
-            tracking.log_artifact(write_metrics(params, stage, metrics))
+            path = write_metrics(params, stage, metrics, ("val_loss", "val_ppl"))
+            tracking.log_artifact(path)
+            tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
     return metrics
 
 
@@ -173,7 +183,7 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     metrics = {"task": task, "source": "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                "checks_passed": all(r["success"] for r in report.values())}
-    write_metrics(params, f"prepare_task_{task}", metrics)
+    write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
     log.info("%s: %s", task, metrics["rows"])
     return metrics
 
@@ -216,9 +226,10 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
         atomic.write_json(out_dir / "result.json", result)
         metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample)
-        path = write_metrics(params, f"finetune_{suffix}", metrics)
+        path = write_metrics(params, f"finetune_{suffix}", metrics, ("scores",))
         tracking.log_summary(metrics)
         tracking.log_artifact(path)
+        tracking.log_artifact(path.with_name(f"finetune_{suffix}{rep.INFO_SUFFIX}"))
     log.info("%s %s: %s = %.4f", variant, task, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
@@ -321,7 +332,7 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
                        f"of {inner['n_eval']} of the {inner['n_train']} training rows"),
         "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
     }
-    write_metrics(params, f"layers_{task}_{layers}", metrics)
+    write_metrics(params, f"layers_{task}_{layers}", metrics, ("scores",))
     return metrics
 
 
@@ -363,8 +374,9 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
                        f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
                        f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
         "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
+        "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
     }
-    write_metrics(params, stage, metrics)
+    write_metrics(params, stage, metrics, ("final",))
     return metrics
 
 

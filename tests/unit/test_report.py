@@ -230,3 +230,17 @@ def test_flat_noisy_zero_shot_curve_is_not_called_rising() -> None:
                                        (196, 0.12), (732, 0.20)]}}
     assert "does not rise" in report.compare_right(flat)
     assert "the Transformer's zero-shot score rises" in report.compare_right(rising)
+
+
+def test_read_metrics_merges_each_sidecar_under_its_scores(tmp_path: Path) -> None:
+    (tmp_path / "finetune_cola.json").write_text('{"scores": {"mcc": {"mean": 0.4}}}')
+    (tmp_path / "finetune_cola.info.json").write_text(
+        '{"eval_split": "test = x", "scores": "stale", "config_hash": "h"}')
+    (tmp_path / "pretrain.json").write_text('{"val_ppl": 9.5}')  # no sidecar: scores alone
+    assert report.read_metrics(tmp_path) == {
+        "finetune_cola": {"eval_split": "test = x", "config_hash": "h",
+                          "scores": {"mcc": {"mean": 0.4}}},
+        "pretrain": {"val_ppl": 9.5}}
+    (tmp_path / "pretrain.info.json").write_text("{broken")
+    with pytest.raises(report.Gpt1Error, match="pretrain.info.json"):
+        report.read_metrics(tmp_path)
