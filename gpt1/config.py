@@ -51,6 +51,9 @@ class Paths(Section):
     """Cleaned corpus parquet (doc_id, source, text)."""
     corpus_checks: str
     """great-expectations validation result of the cleaned corpus (JSON)."""
+    data_docs: str
+    """great-expectations Data Docs sites: <data_docs>/corpus and <data_docs>/tasks/<task>/<split>
+    (each an index.html; a DVC output of its gate stage)."""
     tokenizer: str
     """Directory holding the trained BPE tokenizer."""
     shards: str

@@ -87,13 +87,19 @@ def clean_corpus(params: Params) -> dict[str, Any]:
 
 
 def check_corpus(params: Params) -> dict[str, Any]:
-    """great-expectations gate over the cleaned corpus; fails the stage on any violation."""
-    report = checks.check_corpus(_read_corpus(params), params.checks)
-    atomic.write_json(params.paths.corpus_checks, report)
-    metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed")}
-    write_metrics(params, "check_corpus", metrics, ("failed",))
+    """great-expectations gate over the cleaned corpus (Data Docs HTML in paths.data_docs,
+    logged to MLflow); fails the stage on any violation."""
+    with tracking.start_run("check_corpus", params):
+        report = checks.check_corpus(_read_corpus(params), params.checks,
+                                     Path(params.paths.data_docs) / "corpus")
+        atomic.write_json(params.paths.corpus_checks, report)
+        tracking.log_artifact(Path(params.paths.data_docs) / "corpus", "data_docs")
+        metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed",
+                                          "data_docs")}
+        write_metrics(params, "check_corpus", metrics, ("failed",))
     if not report["success"]:
-        raise Gpt1Error(checks.summarize(report), params.paths.corpus_checks)
+        raise Gpt1Error(f"{checks.summarize(report)} (Data Docs {report['data_docs']})",
+                        params.paths.corpus_checks)
     return metrics
 
 
@@ -178,7 +184,11 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     spec = _task_spec(params, task)
     mirror = params.paths.mirror_dir
     tables = load.load_task(spec, params.tasks, mirror)
-    report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "")
+    docs = Path(params.paths.data_docs) / "tasks" / task
+    with tracking.start_run(f"prepare_task_{task}", params):
+        report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "",
+                                      docs)
+        tracking.log_artifact(docs, "data_docs")
     load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
     metrics = {"task": task, "source": "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
