@@ -444,6 +444,17 @@ class ReportCfg(Section):
         return self
 
 
+class GenerateCfg(Section):
+    """`gpt1 generate`: sampling from the pre-trained LM (not a pipeline stage)."""
+
+    max_new_tokens: PosInt
+    """Tokens sampled after the prompt (the context keeps the last model.n_positions)."""
+    temperature: PosFloat
+    """Logits are divided by it before sampling (1 = the model's distribution)."""
+    top_k: NonNegInt
+    """Sample among the k most likely tokens; 0 = the whole vocabulary."""
+
+
 class Params(Section):
     """The whole params file."""
 
@@ -465,6 +476,7 @@ class Params(Section):
     layers: LayersCfg
     zeroshot: ZeroShotCfg
     report: ReportCfg
+    generate: GenerateCfg
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

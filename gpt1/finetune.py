@@ -202,8 +202,10 @@ def infer(model: TaskModel, data: Encoded, batch_size: int, precision: str,
 
 def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encoded],
                    make_body: BodyFactory, on_metrics: MetricsSink, out_dir: Path,
-                   device: torch.device, step0: int) -> dict[str, Any]:
-    """Fine-tune one model; pick the best dev epoch; score and save test predictions."""
+                   device: torch.device, step0: int,
+                   on_best: Callable[[TaskModel], None] | None = None) -> dict[str, Any]:
+    """Fine-tune one model; pick the best dev epoch; score and save test predictions.
+    `on_best` gets the selected model (e.g. to save it)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     precision = resolve_precision(hp.precision, device)
@@ -244,6 +246,8 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     train_s = time.perf_counter() - t0
     assert best is not None
     model.load_state_dict(best[2])
+    if on_best is not None:
+        on_best(model)
     test = data["test"]
     t1 = time.perf_counter()
     test_out = infer(model, test, hp.batch_size * 2, precision, device, "test")
@@ -262,10 +266,11 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
 
 def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                   make_body: BodyFactory, out_dir: str | Path, on_metrics: MetricsSink,
-                  ) -> dict[str, Any]:
+                  on_best: Callable[[TaskModel], None] | None = None) -> dict[str, Any]:
     """Fine-tune on data["train"] for every seed, select on data["dev"], score data["test"].
 
-    Returns the result (scores aggregated over seeds, per-seed details, sizes).
+    Returns the result (scores aggregated over seeds, per-seed details, sizes). `on_best` gets
+    the first seed's selected model.
     """
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out_dir = Path(out_dir)
@@ -274,7 +279,7 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
     for i, seed in enumerate(hp.seeds):
         steps_before = sum(r["steps"] for r in runs) + i
         runs.append(train_one_seed(spec, hp, seed, data, make_body, on_metrics, out_dir,
-                                   device, steps_before))
+                                   device, steps_before, on_best if i == 0 else None))
     return {
         "scores": aggregate([r["scores"] for r in runs]),
         "seeds": runs,

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from gpt1 import atomic, bpe, checkpoint, tracking, train
+from gpt1 import atomic, bpe, checkpoint, predict, tracking, train
 from gpt1 import report as rep
 from gpt1 import zeroshot as zs
 from gpt1.config import Params, parse_params
@@ -162,12 +162,31 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
         history = metrics.pop("history")
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
-            for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
-                tracking.log_artifact(Path(run_dir) / name, "model")
+            _log_model(params, run_dir, kind, None)
             path = write_metrics(params, stage, metrics, ("val_loss", "val_ppl"))
             tracking.log_artifact(path)
             tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
     return metrics
+
+
+MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking thirteen."
+"""Input example of the MLflow models (raw text, standardised by the model)."""
+
+
+def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any) -> None:
+    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>); the
+    LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
+    if kind != "gpt":
+        for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
+            tracking.log_artifact(Path(model_dir) / name, "model")
+        return
+    if spec is None:
+        outputs, name = {"loss": "double"}, "gpt1-pretrain"
+    else:
+        outputs = ({"score": "double"} if spec.regression
+                   else {"label": "string", "probabilities": "string"})
+        name = f"gpt1-{spec.name}"
+    tracking.log_model(model_dir, params.paths.tokenizer, name, [MODEL_EXAMPLE], outputs)
 
 
 # ---------------------------------------------------------------- fine-tuning (owner: TASKS)
@@ -232,8 +251,13 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
                   if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
               for s in tables}
+    model_dir = out_dir / predict.MODEL_DIR  # the `full` row only: what `gpt1 predict` uses
+    save = (None if variant != "full" else
+            lambda m: predict.save_task_model(model_dir, m, params, task, kind, tok))
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
-        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
+        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save)
+        if save is not None:
+            _log_model(params, model_dir, kind, spec)
         atomic.write_json(out_dir / "result.json", result)
         metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample)
         path = write_metrics(params, f"finetune_{suffix}", metrics, ("scores",))

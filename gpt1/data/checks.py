@@ -97,7 +97,7 @@ def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any
         ctx.add_data_docs_site(site_name="gpt1", site_config={
             "class_name": "SiteBuilder",
             "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": str(docs_dir)},
+                              "base_directory": str(docs_dir.resolve())},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
         actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["gpt1"]))
     batch_def = (ctx.data_sources.add_pandas(f"{name}_source")

@@ -94,7 +94,7 @@ def test_dvc_repro_data_stages(tmp_path: Path) -> None:
     assert _ran(_run(["dvc", "repro", "-f", "shard_corpus"], repo)) == DATA_STAGES
     targets = [f"reports/metrics/{s}.json" for s in DATA_STAGES]  # the stages that ran
     assert _run(["dvc", "metrics", "diff", "--targets", *targets], repo).strip() == ""
-    assert _run(["dvc", "metrics", "show", "--targets", *targets], repo).split("\n")[0].split() == [
+    assert _run(["dvc", "metrics", "show", *targets], repo).split("\n")[0].split() == [
         "Path", "documents", "failed", "files", "tokens.train", "tokens.val", "vocab_size"]
 
     # One worker instead of two: clean reruns and writes the same parquet, so nothing after it.
