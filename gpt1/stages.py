@@ -51,6 +51,17 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any],
     return path
 
 
+def _record(params: Params, stage: str, metrics: dict[str, Any], scores: tuple[str, ...]
+            ) -> None:
+    """write_metrics for a stage that logs nothing while it works: its MLflow run gets the
+    scores and both files."""
+    with tracking.start_run(stage, params):
+        path = write_metrics(params, stage, metrics, scores)
+        tracking.log_summary({k: metrics[k] for k in scores})
+        tracking.log_artifact(path)
+        tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
+
+
 def _read_corpus(params: Params) -> Any:
     """The cleaned corpus parquet as a DataFrame (Gpt1Error when missing or unreadable)."""
     path = Path(params.paths.clean_corpus)
@@ -67,7 +78,7 @@ def download_corpus(params: Params) -> dict[str, Any]:
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
                "bytes": sum(f["bytes"] for f in manifest["files"])}
-    write_metrics(params, "download_corpus", metrics, ("files",))
+    _record(params, "download_corpus", metrics, ("files",))
     return metrics
 
 
@@ -80,7 +91,7 @@ def clean_corpus(params: Params) -> dict[str, Any]:
                         params.paths.raw)
     with atomic.atomic_path(params.paths.clean_corpus) as tmp:
         clean.documents_frame(kept).to_parquet(tmp, index=False)
-    write_metrics(params, "clean_corpus", stats, ("documents",))
+    _record(params, "clean_corpus", stats, ("documents",))
     log.info("clean: %d documents, %d characters, dropped %s", stats["documents"],
              stats["characters"], {k: v for k, v in stats["dropped"].items() if v})
     return stats
@@ -110,7 +121,7 @@ def train_bpe(params: Params) -> dict[str, Any]:
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
     metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
                "tokenizer_hash": tok.hash, "seconds": round(time.perf_counter() - start, 2)}
-    write_metrics(params, "train_bpe", metrics, ("vocab_size",))
+    _record(params, "train_bpe", metrics, ("vocab_size",))
     return metrics
 
 
@@ -130,7 +141,7 @@ def shard_corpus(params: Params) -> dict[str, Any]:
         "tokens_per_second": round(sum(v["tokens"] for v in splits.values()) / seconds),
         "tokenizer_hash": tok.hash,
     }
-    write_metrics(params, "shard_corpus", metrics, ("tokens",))
+    _record(params, "shard_corpus", metrics, ("tokens",))
     log.info("shards: %s documents, %s tokens", metrics["documents"], metrics["tokens"])
     return metrics
 

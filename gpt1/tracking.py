@@ -526,7 +526,8 @@ def pyfunc_model() -> Any:
             else:
                 self.loaded = generate.load_lm(model_dir, tok_dir)
 
-        def predict(self, context: Any, model_input: Any, params: Any = None) -> Any:
+        def predict(self, context: Any, model_input: pd.DataFrame,
+                    params: Any = None) -> pd.DataFrame:
             from gpt1 import generate, predict
 
             frame = pd.DataFrame(model_input)
