@@ -43,6 +43,7 @@ def _stdout(args: list[str], repo: Path) -> str:
 
 
 def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
+    import mlflow
     import mlflow.pyfunc
     import pandas as pd
     from mlflow import MlflowClient
@@ -79,6 +80,7 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
         assert run.info.status == "FINISHED"
 
     # U3: the registered models load as pyfunc models and score text.
+    mlflow.set_tracking_uri(db)  # the registry lives in the same store
     text = pd.DataFrame({"text": ["the cat sat on the mat.", "a very good film!"]})
     lm = mlflow.pyfunc.load_model("models:/gpt1-pretrain/1")
     losses = lm.predict(text)["loss"].tolist()
