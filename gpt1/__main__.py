@@ -61,7 +61,8 @@ tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment
 
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
-TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export"}
+TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
+                         "generate": "gpt1.generate", "predict": "gpt1.predict"}
 
 
 def quiet_telemetry() -> None:
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_stage(name: str, params_path: str, **kwargs: Any) -> Any:
     params = load_params(params_path)  # fail on bad params before importing anything heavy
+    os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import stages
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])

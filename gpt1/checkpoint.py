@@ -230,6 +230,13 @@ def write_model(run_dir: Path, model: nn.Module, meta: dict[str, Any]) -> None:
     )
 
 
+def load_weights(model: nn.Module, run_dir: str | Path, meta: dict[str, Any]) -> nn.Module:
+    """Load the final weights that `meta` (read_model_meta of run_dir) records; eval mode."""
+    path = Path(run_dir) / MODEL_FILE
+    _load_weights(model, _load_tensors(path, meta["files"][MODEL_FILE]), path)
+    return model.eval()
+
+
 def read_model_meta(run_dir: Path) -> dict[str, Any]:
     """model.json of a finished run, digest-checked."""
     return _read_json_with_digest(Path(run_dir) / MODEL_META)

@@ -58,6 +58,9 @@ class Paths(Section):
     """Cleaned corpus parquet (doc_id, source, text)."""
     corpus_checks: str
     """great-expectations validation result of the cleaned corpus (JSON)."""
+    data_docs: str
+    """great-expectations Data Docs sites: <data_docs>/corpus and <data_docs>/tasks/<task>/<split>
+    (each an index.html; a DVC output of its gate stage)."""
     tokenizer: str
     """Directory holding the trained BPE tokenizer."""
     shards: str
@@ -299,9 +302,6 @@ class TrackingCfg(Section):
     from the repo root; null = $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlflow.db."""
     experiment: str
     """MLflow experiment holding the pipeline runs."""
-    flush_seconds: NonNegFloat
-    """Step metrics are buffered and sent in one batch at most this often (about 12 ms per
-    MLflow call on sqlite); 0 = send every call."""
     ui_url: str
     """Address of the MLflow UI (`gpt1 serve` binds it there); used in links to runs."""
 
@@ -460,6 +460,17 @@ class ReportCfg(Section):
         return self
 
 
+class GenerateCfg(Section):
+    """`gpt1 generate`: sampling from the pre-trained LM (not a pipeline stage)."""
+
+    max_new_tokens: PosInt
+    """Tokens sampled after the prompt (the context keeps the last model.n_positions)."""
+    temperature: PosFloat
+    """Logits are divided by it before sampling (1 = the model's distribution)."""
+    top_k: NonNegInt
+    """Sample among the k most likely tokens; 0 = the whole vocabulary."""
+
+
 class Params(Section):
     """The whole params file."""
 
@@ -481,6 +492,7 @@ class Params(Section):
     layers: LayersCfg
     zeroshot: ZeroShotCfg
     report: ReportCfg
+    generate: GenerateCfg
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:

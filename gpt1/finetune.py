@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 MetricsSink = Callable[[int, dict[str, float]], None]
 BodyFactory = Callable[[int], nn.Module]
+BestSink = Callable[[TaskModel, Path], None]
+"""Gets the selected model of the first seed and the folder being written (the stage's
+output, still under its temp name)."""
 """seed -> a fresh body (pre-trained weights copied in, or randomly initialised)."""
 PAD_ID = 0
 """Padding token id; padded positions are masked out of every loss and never attended to
@@ -222,9 +225,11 @@ def infer(model: TaskModel, data: Encoded, batch_size: int, precision: str,
 
 def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encoded],
                    make_body: BodyFactory, on_metrics: MetricsSink, out_dir: Path,
-                   device: torch.device, step0: int, stop: StopRequest) -> dict[str, Any]:
+                   device: torch.device, step0: int, stop: StopRequest,
+                   on_best: BestSink | None = None) -> dict[str, Any]:
     """Fine-tune one model; pick the best dev epoch; score and save test predictions.
 
+    `on_best(model, out_dir)` gets the selected model (e.g. to save it under out_dir).
     Raises StoppedError after the step during which `stop` was set (SIGINT / SIGTERM).
     """
     torch.manual_seed(seed)
@@ -272,6 +277,8 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     train_s = time.perf_counter() - t0
     assert best is not None
     model.load_state_dict(best[2])
+    if on_best is not None:
+        on_best(model, out_dir)
     test = data["test"]
     t1 = time.perf_counter()
     test_out = infer(model, test, hp.batch_size * 2, precision, device, "test")
@@ -302,10 +309,11 @@ def n_choices(spec: TaskSpec, split: Encoded) -> np.ndarray:
 
 def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                   make_body: BodyFactory, out_dir: str | Path, on_metrics: MetricsSink,
-                  ) -> dict[str, Any]:
+                  on_best: BestSink | None = None) -> dict[str, Any]:
     """Fine-tune on data["train"] for every seed, select on data["dev"], score data["test"].
 
-    Returns the result (scores aggregated over seeds, per-seed details, sizes).
+    Returns the result (scores aggregated over seeds, per-seed details, sizes). `on_best` gets
+    the first seed's selected model.
     """
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     runs: list[dict[str, Any]] = []
@@ -315,7 +323,7 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
         for i, seed in enumerate(hp.seeds):
             steps_before = sum(r["steps"] for r in runs) + i
             runs.append(train_one_seed(spec, hp, seed, data, make_body, on_metrics, tmp,
-                                       device, steps_before, stop))
+                                       device, steps_before, stop, on_best if i == 0 else None))
     return {
         "scores": aggregate([r["scores"] for r in runs]),
         "baselines": baselines(spec, data["train"].labels, data["test"].labels,

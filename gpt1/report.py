@@ -39,16 +39,29 @@ TABLE_TITLES = {
 MODEL_LABELS = {"transformer": "Transformer", "lstm": "LSTM"}
 
 
+INFO_SUFFIX = ".info.json"
+"""A stage's sidecar beside its metrics file (gpt1.stages.write_metrics): what is not a score."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise Gpt1Error(f"not valid JSON ({err})", path) from None
+
+
 def read_metrics(metrics_dir: str | Path) -> Metrics:
-    """Every *.json under metrics_dir by stem; a damaged file is a Gpt1Error naming it."""
+    """Every stage record under metrics_dir by stem: `<stem>.json` (the scores) merged with its
+    sidecar `<stem>.info.json` (splits, counts, throughput, config_hash) when there is one;
+    a damaged file is a Gpt1Error naming it."""
     out: Metrics = {}
     for path in sorted(Path(metrics_dir).glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise Gpt1Error(f"not valid JSON ({err})", path) from None
+        if path.name.endswith(INFO_SUFFIX):
+            continue
+        data = _read_json(path)
+        info = path.with_name(path.stem + INFO_SUFFIX)
         if isinstance(data, dict):
-            out[path.stem] = data
+            out[path.stem] = {**(_read_json(info) if info.is_file() else {}), **data}
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from gpt1 import atomic, bpe, checkpoint, tracking, train
+from gpt1 import atomic, bpe, checkpoint, predict, tracking, train
 from gpt1 import report as rep
 from gpt1 import zeroshot as zs
 from gpt1.config import Params, parse_params
@@ -36,11 +36,30 @@ from gpt1.train import autocast_for, resolve_precision
 log = logging.getLogger(__name__)
 
 
-def write_metrics(params: Params, stage: str, metrics: dict[str, Any]) -> Path:
-    """Write the stage's metrics JSON (what DVC and MLflow read), with params provenance."""
+def write_metrics(params: Params, stage: str, metrics: dict[str, Any],
+                  scores: tuple[str, ...]) -> Path:
+    """Write the stage's record as two files: `<stage>.json` with the `scores` keys only (the
+    DVC metric, so `dvc metrics show/diff` carry scores and nothing that changes on a re-run
+    with the same outputs) and the sidecar `<stage>.info.json` with the rest (throughput,
+    splits, citations, counts) plus params provenance. gpt1.report.read_metrics merges them.
+    """
     path = Path(params.paths.metrics) / f"{stage}.json"
-    atomic.write_json(path, {**metrics, "config_hash": params.digest()})
+    info = {k: v for k, v in metrics.items() if k not in scores}
+    atomic.write_json(path.with_name(stage + rep.INFO_SUFFIX),
+                      {**info, "config_hash": params.digest()})
+    atomic.write_json(path, {k: metrics[k] for k in scores})
     return path
+
+
+def _record(params: Params, stage: str, metrics: dict[str, Any], scores: tuple[str, ...]
+            ) -> None:
+    """write_metrics for a stage that logs nothing while it works: its MLflow run gets the
+    scores and both files."""
+    with tracking.start_run(stage, params):
+        path = write_metrics(params, stage, metrics, scores)
+        tracking.log_summary({k: metrics[k] for k in scores})
+        tracking.log_artifact(path)
+        tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
 
 
 def _read_corpus(params: Params) -> Any:
@@ -63,7 +82,7 @@ def download_corpus(params: Params) -> dict[str, Any]:
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
                "bytes": sum(f["bytes"] for f in manifest["files"]),
                "skipped": sources.skipped_counts(manifest)}
-    write_metrics(params, "download_corpus", metrics)
+    _record(params, "download_corpus", metrics, ("files",))
     return metrics
 
 
@@ -76,20 +95,26 @@ def clean_corpus(params: Params) -> dict[str, Any]:
                         params.paths.raw)
     with atomic.atomic_path(params.paths.clean_corpus) as tmp:
         clean.documents_frame(kept).to_parquet(tmp, index=False)
-    write_metrics(params, "clean_corpus", stats)
+    _record(params, "clean_corpus", stats, ("documents",))
     log.info("clean: %d documents, %d characters, dropped %s", stats["documents"],
              stats["characters"], {k: v for k, v in stats["dropped"].items() if v})
     return stats
 
 
 def check_corpus(params: Params) -> dict[str, Any]:
-    """great-expectations gate over the cleaned corpus; fails the stage on any violation."""
-    report = checks.check_corpus(_read_corpus(params), params.checks)
-    atomic.write_json(params.paths.corpus_checks, report)
-    metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed")}
-    write_metrics(params, "check_corpus", metrics)
+    """great-expectations gate over the cleaned corpus (Data Docs HTML in paths.data_docs,
+    logged to MLflow); fails the stage on any violation."""
+    with tracking.start_run("check_corpus", params):
+        report = checks.check_corpus(_read_corpus(params), params.checks,
+                                     Path(params.paths.data_docs) / "corpus")
+        atomic.write_json(params.paths.corpus_checks, report)
+        tracking.log_artifact(Path(params.paths.data_docs) / "corpus", "data_docs")
+        metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed",
+                                          "data_docs")}
+        write_metrics(params, "check_corpus", metrics, ("failed",))
     if not report["success"]:
-        raise Gpt1Error(checks.summarize(report), params.paths.corpus_checks)
+        raise Gpt1Error(f"{checks.summarize(report)} (Data Docs {report['data_docs']})",
+                        params.paths.corpus_checks)
     return metrics
 
 
@@ -100,7 +125,7 @@ def train_bpe(params: Params) -> dict[str, Any]:
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
     metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
                "tokenizer_hash": tok.hash, "seconds": round(time.perf_counter() - start, 2)}
-    write_metrics(params, "train_bpe", metrics)
+    _record(params, "train_bpe", metrics, ("vocab_size",))
     return metrics
 
 
@@ -120,7 +145,7 @@ def shard_corpus(params: Params) -> dict[str, Any]:
         "tokens_per_second": round(sum(v["tokens"] for v in splits.values()) / seconds),
         "tokenizer_hash": tok.hash,
     }
-    write_metrics(params, "shard_corpus", metrics)
+    _record(params, "shard_corpus", metrics, ("tokens",))
     log.info("shards: %s documents, %s tokens", metrics["documents"], metrics["tokens"])
     return metrics
 
@@ -152,10 +177,31 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
         history = metrics.pop("history")
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
-            for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
-                tracking.log_artifact(Path(run_dir) / name, "model")
-            tracking.log_artifact(write_metrics(params, stage, metrics))
+            _log_model(params, run_dir, kind, None)
+            path = write_metrics(params, stage, metrics, ("val_loss", "val_ppl"))
+            tracking.log_artifact(path)
+            tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
     return metrics
+
+
+MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking thirteen."
+"""Input example of the MLflow models (raw text, standardised by the model)."""
+
+
+def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any) -> None:
+    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>); the
+    LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
+    if kind != "gpt":
+        for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
+            tracking.log_artifact(Path(model_dir) / name, "model")
+        return
+    if spec is None:
+        outputs, name = {"loss": "double"}, "gpt1-pretrain"
+    else:
+        outputs = ({"score": "double"} if spec.regression
+                   else {"label": "string", "probabilities": "string"})
+        name = f"gpt1-{spec.name}"
+    tracking.log_model(model_dir, params.paths.tokenizer, name, [MODEL_EXAMPLE], outputs)
 
 
 # ---------------------------------------------------------------- fine-tuning (owner: TASKS)
@@ -172,12 +218,16 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     spec = _task_spec(params, task)
     mirror = params.paths.mirror_dir
     tables = load.load_task(spec, params.tasks, mirror)
-    report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "")
+    docs = Path(params.paths.data_docs) / "tasks" / task
+    with tracking.start_run(f"prepare_task_{task}", params):
+        report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "",
+                                      docs)
+        tracking.log_artifact(docs, "data_docs")
     load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
     metrics = {"task": task, "source": "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                "checks_passed": all(r["success"] for r in report.values())}
-    write_metrics(params, f"prepare_task_{task}", metrics)
+    write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
     log.info("%s: %s", task, metrics["rows"])
     return metrics
 
@@ -225,13 +275,19 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
                   if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
               for s in tables}
+    model_dir = out_dir / predict.MODEL_DIR  # the `full` row only: what `gpt1 predict` uses
+    save = (None if variant != "full" else lambda m, d: predict.save_task_model(
+        d / predict.MODEL_DIR, m, params, task, kind, tok))
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
-        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics)
+        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save)
+        if save is not None:
+            _log_model(params, model_dir, kind, spec)
         atomic.write_json(out_dir / "result.json", result)
         metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample, out_dir)
-        path = write_metrics(params, f"finetune_{suffix}", metrics)
+        path = write_metrics(params, f"finetune_{suffix}", metrics, ("scores",))
         tracking.log_summary(metrics)
         tracking.log_artifact(path)
+        tracking.log_artifact(path.with_name(f"finetune_{suffix}{rep.INFO_SUFFIX}"))
     log.info("%s %s: %s = %.4f", variant, task, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
@@ -341,7 +397,7 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
         "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
         "predictions": {"dev": inner["predictions"]["dev"]},
     }
-    write_metrics(params, f"layers_{task}_{layers}", metrics)
+    write_metrics(params, f"layers_{task}_{layers}", metrics, ("scores",))
     return metrics
 
 
@@ -392,8 +448,9 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
                        f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
                        f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
         "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
+        "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
     }
-    write_metrics(params, stage, metrics)
+    write_metrics(params, stage, metrics, ("final",))
     return metrics
 
 

@@ -1,7 +1,9 @@
 """Data-quality gates built in code with great-expectations 1.x (the only importer of it).
 
-`validate_frame(df, name, rules)` runs a list of rules (plain dicts, see RULE_KINDS) as one
-expectation suite and returns a JSON-ready report; `summarize(report)` is its one-line
+`validate_frame(df, name, rules, docs_dir)` runs a list of rules (plain dicts, see RULE_KINDS)
+as one expectation suite through a GX checkpoint whose action builds the Data Docs HTML site in
+docs_dir (offline, written whole or not at all), and returns a JSON-ready report with the
+offending row positions from GX's COMPLETE result format; `summarize(report)` is its one-line
 verdict. `corpus_rules(cfg)` is the suite over the cleaned corpus: non-empty text, no NUL or
 control characters, mojibake below a threshold, length bounds, unique ids. great_expectations
 is imported lazily (it takes ~7 s).
@@ -10,10 +12,12 @@ is imported lazily (it takes ~7 s).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from gpt1 import atomic
 from gpt1.config import ChecksCfg
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,9 @@ RULE_KINDS: dict[str, tuple[str, dict[str, str]]] = {
                           {"min": "min_value", "max": "max_value"}),
 }
 _EXAMPLE_CHARS = 60
+_ROWS_KEPT = 20
+"""Offending row positions kept per rule in the report (GX counts them all)."""
+DOCS_INDEX = "index.html"
 
 
 def corpus_rules(cfg: ChecksCfg) -> list[Rule]:
@@ -77,26 +84,56 @@ def _short(value: Any) -> Any:
     return value
 
 
-def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule]) -> dict[str, Any]:
-    """Run `rules` over df as one great-expectations suite; return a JSON-ready report.
-
-    Report: name, success, n_rows, evaluated/failed counts, and per rule its label, kind,
-    column, success, unexpected count/percent and a few (truncated) offending values.
-    """
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # INFO floods the log
-    import great_expectations as gx
+def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any],
+                    docs_dir: Path | None) -> Any:
+    """Validate df against the expectations as one suite through a GX checkpoint; with
+    docs_dir, the checkpoint's UpdateDataDocsAction builds a local Data Docs site there."""
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    expectations = [_expectation(gx, r) for r in rules]
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    actions = []
+    if docs_dir is not None:
+        ctx.add_data_docs_site(site_name="gpt1", site_config={
+            "class_name": "SiteBuilder",
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                              "base_directory": str(docs_dir.resolve())},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
+        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["gpt1"]))
     batch_def = (ctx.data_sources.add_pandas(f"{name}_source")
                  .add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole"))
     suite = ctx.suites.add(gx.ExpectationSuite(name=f"{name}_suite"))
     for exp in expectations:
         suite.add_expectation(exp)
-    result = batch_def.get_batch(batch_parameters={"dataframe": df}).validate(
-        suite, result_format="SUMMARY")
+    definition = ctx.validation_definitions.add(
+        gx.ValidationDefinition(data=batch_def, suite=suite, name=name))
+    checkpoint = ctx.checkpoints.add(gx.Checkpoint(
+        name=f"{name}_gate", validation_definitions=[definition], actions=actions,
+        result_format={"result_format": "COMPLETE"}))  # every offending row's index
+    (result,) = checkpoint.run(batch_parameters={"dataframe": df}).run_results.values()
+    return result
+
+
+def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule],
+                   docs_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run `rules` over df as one great-expectations suite; return a JSON-ready report.
+
+    Report: name, success, n_rows, evaluated/failed counts, and per rule its label, kind,
+    column, success, unexpected count/percent, a few (truncated) offending values and the
+    positions of the first offending rows (`rows`, from GX's unexpected_index_list). With
+    docs_dir, the Data Docs site (index.html naming the `<name>_suite`) is built there and the
+    report's `data_docs` is its index.
+    """
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)  # INFO floods the log
+    import great_expectations as gx
+
+    expectations = [_expectation(gx, r) for r in rules]
+    frame = df.reset_index(drop=True)  # index labels = row positions in the report
+    if docs_dir is None:
+        result = _run_checkpoint(gx, name, frame, expectations, None)
+    else:
+        with atomic.atomic_path(docs_dir) as tmp:
+            result = _run_checkpoint(gx, name, frame, expectations, tmp)
     by_id = {getattr(r.expectation_config, "id", None): r for r in result.results}
     checks = []
     for rule, exp in zip(rules, expectations, strict=True):
@@ -111,12 +148,17 @@ def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule]) -> dict[str, 
             "unexpected_percent": detail.get("unexpected_percent"),
             "observed_value": _short(detail.get("observed_value")),
             "examples": [_short(v) for v in (detail.get("partial_unexpected_list") or [])[:3]],
+            "rows": [int(i) for i in (detail.get("unexpected_index_list") or [])[:_ROWS_KEPT]],
             "error": (res.exception_info or {}).get("exception_message")
             if not res.success else None,
         })
     failed = sum(not c["success"] for c in checks)
-    return {"name": name, "success": failed == 0, "n_rows": len(df),
-            "evaluated": len(checks), "failed": failed, "checks": checks}
+    report = {"name": name, "success": failed == 0, "n_rows": len(df),
+              "evaluated": len(checks), "failed": failed, "checks": checks}
+    if docs_dir is not None:
+        report["data_docs"] = str(Path(docs_dir) / DOCS_INDEX)
+        log.info("%s: Data Docs %s", name, report["data_docs"])
+    return report
 
 
 def summarize(report: dict[str, Any]) -> str:
@@ -138,8 +180,10 @@ def summarize(report: dict[str, Any]) -> str:
         "; ".join(parts))
 
 
-def check_corpus(df: pd.DataFrame, cfg: ChecksCfg) -> dict[str, Any]:
-    """Validate the cleaned corpus (doc_id, text, ...) against `corpus_rules(cfg)`."""
-    report = validate_frame(df[["doc_id", "text"]], "corpus", corpus_rules(cfg))
+def check_corpus(df: pd.DataFrame, cfg: ChecksCfg,
+                 docs_dir: str | Path | None = None) -> dict[str, Any]:
+    """Validate the cleaned corpus (doc_id, text, ...) against `corpus_rules(cfg)`; Data Docs
+    in docs_dir when given."""
+    report = validate_frame(df[["doc_id", "text"]], "corpus", corpus_rules(cfg), docs_dir)
     log.info("%s", summarize(report))
     return report

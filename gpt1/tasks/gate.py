@@ -6,6 +6,7 @@ place that knows great-expectations). Dependencies point one way: tasks -> data.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -47,26 +48,14 @@ def task_rules(spec: TaskSpec) -> list[Rule]:
     return rules
 
 
-def _bad_rows(view: pd.DataFrame, rule: Rule) -> pd.Series:
-    """Rows violating one rule (GX decides success; this only locates the first bad row)."""
-    col = view[rule["column"]]
-    if rule["kind"] == "not_null":
-        return col.isna()
-    if rule["kind"] == "unique":
-        return col.duplicated(keep=False)
-    if rule["kind"] == "in_set":
-        return ~col.isin(rule["values"])
-    low = -float("inf") if rule.get("min") is None else rule["min"]
-    high = float("inf") if rule.get("max") is None else rule["max"]
-    return ~col.between(low, high)
-
-
-def check_task_table(df: pd.DataFrame, spec: TaskSpec) -> dict[str, Any]:
+def check_task_table(df: pd.DataFrame, spec: TaskSpec,
+                     docs_dir: str | Path | None = None) -> dict[str, Any]:
     """Validate one canonical task table (gpt1/tasks/registry.py): labels in the task's set
     (or score range), non-empty texts, unique ids, the right number of non-empty choices.
 
-    Returns the validate_frame report; each failed check also gets `first_row` and `source`
-    (the file:line the first bad row came from), so the caller can name it.
+    Returns the validate_frame report (Data Docs in docs_dir when given); each failed check
+    also gets `first_row` (GX's first offending row) and `source` (the file:line it came
+    from), so the caller can name it.
     """
     missing = [c for c in CANONICAL_COLUMNS if c not in df.columns]
     if missing:
@@ -89,12 +78,10 @@ def check_task_table(df: pd.DataFrame, spec: TaskSpec) -> dict[str, Any]:
             lambda cs: min((chars(c) for c in cs), default=1)).to_numpy(),
         "label": df["label"].to_numpy(),
     })
-    rules = task_rules(spec)
-    report = validate_frame(view, f"task_{spec.name}", rules)
-    for rule, check in zip(rules, report["checks"], strict=True):
+    report = validate_frame(view, f"task_{spec.name}", task_rules(spec), docs_dir)
+    for check in report["checks"]:
         if not check["success"]:
-            bad = _bad_rows(view, rule).to_numpy().nonzero()[0]
-            first = int(bad[0]) if len(bad) else None
+            first = check["rows"][0] if check["rows"] else None
             check["first_row"] = first
             check["source"] = None if first is None else str(df["source"].iloc[first])
     return report

@@ -519,20 +519,25 @@ def read_tables(task_dir: str | Path) -> Tables:
     return out
 
 
-def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path) -> dict[str, Any]:
-    """Run the task's great-expectations suite on every split; the first violation raises a
-    Gpt1Error naming the file and line it came from (base = the mirror's tasks/ folder)."""
+def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path,
+                    docs_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run the task's great-expectations suite on every split (Data Docs in docs_dir/<split>
+    when given); the first violation raises a Gpt1Error naming the file and line it came from
+    (base = the mirror's tasks/ folder)."""
     report = {}
     for split in SPLITS:
         if tables[split].empty:  # every check of an empty table passes; the next stage fails
             raise Gpt1Error(f"{spec.name}/{split}: no rows (from {spec.sources[split]}); "
                             "every split needs examples")
-        rep = check_task_table(tables[split], spec)
+        rep = check_task_table(tables[split], spec,
+                               None if docs_dir is None else Path(docs_dir) / split)
         report[split] = rep
         if rep["success"]:
             continue
         fail = next(c for c in rep["checks"] if not c["success"])
         problem = f"{fail['label']} ({fail.get('unexpected_count') or 'all'} rows in {split})"
+        if "data_docs" in rep:
+            problem += f"; Data Docs {rep['data_docs']}"
         if fail.get("source") is None:
             raise Gpt1Error(f"{spec.name}/{split}: {problem}")
         if fail["column"] == "label":

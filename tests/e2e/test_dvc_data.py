@@ -21,6 +21,7 @@ from data_fixtures import write_corpus
 
 from gpt1.bpe import load_bpe
 from gpt1.data.shards import read_shards
+from gpt1.report import read_metrics
 
 pytestmark = pytest.mark.slow
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
@@ -74,10 +75,11 @@ def test_dvc_repro_data_stages(tmp_path: Path) -> None:
     tok = load_bpe(repo / "data/tokenizer")
     train = read_shards(repo / "data/shards", "train", tok.hash)
     val = read_shards(repo / "data/shards", "val", tok.hash)
-    metrics = json.loads((repo / "reports/metrics/shard_corpus.json").read_text())
-    assert metrics["documents"] == {"train": 4, "val": 1}
-    assert metrics["tokens"] == {"train": sum(map(len, train)), "val": sum(map(len, val))}
-    clean = json.loads((repo / "reports/metrics/clean_corpus.json").read_text())
+    scores = json.loads((repo / "reports/metrics/shard_corpus.json").read_text())
+    assert scores == {"tokens": {"train": sum(map(len, train)), "val": sum(map(len, val))}}
+    records = read_metrics(repo / "reports/metrics")  # scores merged with their sidecars
+    metrics, clean = records["shard_corpus"], records["clean_corpus"]
+    assert metrics["documents"] == {"train": 4, "val": 1} and metrics["tokens_per_second"] > 0
     assert clean["documents"] == 5 and clean["gutenberg"]["gutenberg_stripped"] == 5
     ignored = (repo / "data/.gitignore").read_text().split()
     assert {"/raw", "/tokenizer", "/shards"} <= set(ignored)
@@ -85,6 +87,15 @@ def test_dvc_repro_data_stages(tmp_path: Path) -> None:
 
     second = _run(["dvc", "repro", "shard_corpus"], repo)
     assert _ran(second) == []
+
+    # A forced re-run with the same outputs: new timings go to the sidecars, no metric changes.
+    _run(["git", "add", "-A"], repo)
+    _run(["git", "commit", "-qm", "first run"], repo)
+    assert _ran(_run(["dvc", "repro", "-f", "shard_corpus"], repo)) == DATA_STAGES
+    targets = [f"reports/metrics/{s}.json" for s in DATA_STAGES]  # the stages that ran
+    assert _run(["dvc", "metrics", "diff", "--targets", *targets], repo).strip() == ""
+    assert _run(["dvc", "metrics", "show", *targets], repo).split("\n")[0].split() == [
+        "Path", "documents", "failed", "files", "tokens.train", "tokens.val", "vocab_size"]
 
     # One worker instead of two: clean reruns and writes the same parquet, so nothing after it.
     _set_params(repo, clean={"workers": 1})

@@ -101,7 +101,7 @@ def tiny_params(repo: Path, mirror: Path) -> dict[str, Any]:
                      "log_interval_steps": 4, "eval_interval_steps": 200},
         "finetune": {"tasks": TASKS},
         "layers": {"layers_transferred": [0, 2]},  # TINY has 2 blocks
-        "tracking": {"enabled": True, "uri": None, "flush_seconds": 0},
+        "tracking": {"enabled": True, "uri": None},
         "orchestrate": {"max_parallel_stages": 2, "io_retries": 0, "dvc_remote": "local"},
     })
     raw["finetune"]["overrides"] = {}

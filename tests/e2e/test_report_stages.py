@@ -4,7 +4,6 @@ as DVC calls it, on a tiny model; the report and Figure 2 come out with our numb
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpt1 import bpe, checkpoint, stages
+from gpt1.report import read_metrics
 from gpt1.tasks.load import write_tables
 
 WORDS = "the a cat dog sat ran on mat good bad film very positive negative it he she".split()
@@ -79,13 +79,14 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     out = stages.report(params)
 
     metrics = Path(params.paths.metrics)
-    lstm = json.loads((metrics / "finetune_lstm_rte.json").read_text())
+    records = read_metrics(metrics)  # each metrics file merged with its sidecar
+    lstm = records["finetune_lstm_rte"]
     assert (lstm["variant"], lstm["body"], lstm["init"]) == ("lstm", "lstm", "pretrained")
-    no_aux = json.loads((metrics / "finetune_no_aux_rte.json").read_text())
+    no_aux = records["finetune_no_aux_rte"]
     assert no_aux["lm_coef"] == 0.0
-    layers = json.loads((metrics / "layers_mnli_2.json").read_text())
+    layers = records["layers_mnli_2"]
     assert set(layers["scores"]) == {"dev_acc", "train_acc"} and layers["n_train"] == 10
-    zs = json.loads((metrics / "zeroshot_lstm.json").read_text())
+    zs = records["zeroshot_lstm"]
     assert [c["step"] for c in zs["checkpoints"]] == [1, 4, 16]
     assert zs["n_examples"]["dprd"] == 2
 

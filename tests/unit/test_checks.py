@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -51,6 +52,8 @@ def test_validate_frame_generic_rules() -> None:
     report = checks.validate_frame(df, "toy", rules)
     assert [c["success"] for c in report["checks"]] == [False, False, True, True]
     assert report["checks"][0]["examples"] == [2]
+    assert [c["rows"] for c in report["checks"]] == [[2], [2], [], []]  # GX's own row index
+    assert "data_docs" not in report
     json.dumps(report)  # JSON-ready
     with pytest.raises(ValueError, match="unknown rule kind"):
         checks.validate_frame(df, "toy", [{"kind": "nope", "column": "text"}])
@@ -66,3 +69,10 @@ def test_check_stage_writes_report_and_fails_in_one_line(make_params, tmp_path) 
     assert "\n" not in str(err.value)
     report = json.loads(open(params.paths.corpus_checks).read())
     assert report["success"] is False and report["failed"] == 1
+    assert report["checks"][1]["rows"] == [0, 1]  # both rows sharing the id "a"
+    docs = Path(params.paths.data_docs) / "corpus"
+    assert report["data_docs"] == str(docs / "index.html") and str(docs) in str(err.value)
+    assert "corpus_suite" in (docs / "index.html").read_text()
+    (page,) = (docs / "validations" / "corpus_suite").rglob("*.html")
+    assert "values must be unique" in page.read_text()  # the failed rule, rendered by GX
+    assert not list(docs.parent.glob(".corpus*"))  # built beside, then renamed

@@ -92,7 +92,9 @@ def test_unusable_files_are_skipped_and_counted(tmp_path, make_params, capsys) -
     assert df["text"].str.len().tolist() == df["n_chars"].tolist()
     assert not df["text"].str.contains("Gutenberg").any()
     metrics = json.loads((tmp_path / "reports/metrics/clean_corpus.json").read_text())
-    assert metrics["documents"] == 3 and metrics["dropped"]["binary"] == 1
+    assert metrics == {"documents": 3}  # the score; counts by reason go to the sidecar
+    info = json.loads((tmp_path / "reports/metrics/clean_corpus.info.json").read_text())
+    assert info["dropped"]["binary"] == 1 and info["config_hash"] == params.digest()
 
 
 def test_nothing_usable_is_one_line_error_and_no_output(tmp_path, capsys) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from gpt1 import bpe, checkpoint, stages
 from gpt1.__main__ import main
@@ -95,3 +97,41 @@ def test_other_tokenizer_is_refused(tiny_params, tmp_path):
     bpe.train_bpe(_texts(4, 1), params.bpe, tmp_path / "tok")
     with pytest.raises(Gpt1Error, match="trained with tokenizer"):
         export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
+
+
+def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
+    from gpt1.heads import TaskModel
+    from gpt1.predict import save_task_model
+    from gpt1.tasks.registry import TASKS
+
+    params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
+        update={"n_merges": 40})})
+    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
+    body = _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    task_model = TaskModel(body, TASKS["sst2"], 0.1, 0.02)
+    save_task_model(tmp_path / "ft", task_model, params, "sst2", "gpt", tok)
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "finetune_sst2.json").write_text('{"scores": {"acc": {"mean": 0.61}}}')
+    export_hf(tmp_path / "ft", tmp_path / "hf", tmp_path / "tok", metrics)
+    idx = torch.randint(0, tok.vocab_size, (2, params.model.n_positions))
+    diff = (_our_logits(body, idx) - _hf_logits(tmp_path / "hf", idx)).abs().max().item()
+    assert diff <= 1e-4, diff
+    head = load_file(tmp_path / "hf" / "task_head.safetensors")
+    assert torch.equal(head["weight"], task_model.head.linear.weight.detach())
+    assert json.loads((tmp_path / "hf" / "task_head.json").read_text())["labels"] == [
+        "negative", "positive"]
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "fine-tuned on **sst2**" in card and '"mean": 0.61' in card and "## Limits" in card
+    assert f"vocabulary {tok.vocab_size}" in card
+
+
+def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):
+    params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
+        update={"n_merges": 40})})
+    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
+    _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok", tmp_path / "no-metrics")
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert card.startswith("# gpt1 export: pre-trained LM") and "No metrics file" in card
+    assert not (tmp_path / "hf" / "task_head.json").exists()

@@ -153,6 +153,7 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
 
     from gpt1 import bpe, stages
     from gpt1.data.clean import standardize_texts
+    from gpt1.report import read_metrics
 
     write_mirror(tmp_path / "mirror", rows=40)
     params = make_params({"finetune": {"init": "scratch", "epochs": 2, "seeds": [0, 1],
@@ -166,7 +167,9 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
     texts = [" ".join(pd.read_parquet(tables / "train.parquet")["text_a"])] * 3
     bpe.train_bpe(standardize_texts(texts), params.bpe, params.paths.tokenizer)
     metrics = stages.finetune(params, "mrpc")
-    saved = json.loads((tmp_path / "reports/metrics/finetune_mrpc.json").read_text())
+    assert json.loads((tmp_path / "reports/metrics/finetune_mrpc.json").read_text()) == {
+        "scores": metrics["scores"]}  # scores only; the rest is in the sidecar
+    saved = read_metrics(tmp_path / "reports/metrics")["finetune_mrpc"]
     assert saved["task"] == "mrpc" and saved["variant"] == "full" and saved["metric"] == "f1"
     assert set(saved["scores"]) == {"f1", "acc"} and len(saved["scores"]["f1"]["per_seed"]) == 2
     assert 0.0 <= saved["scores"]["acc"]["mean"] <= 1.0

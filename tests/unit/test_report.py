@@ -369,3 +369,15 @@ def test_finding_d_uses_the_bootstrap_over_zero_shot_examples(make_params, tmp_p
     fig = report.draw_figure2({}, report.zeroshot_curves(metrics), 4,
                               {"left": {}, "right": bands})
     assert len(fig.axes[1].collections) == 2  # one shaded band per curve
+def test_read_metrics_merges_each_sidecar_under_its_scores(tmp_path: Path) -> None:
+    (tmp_path / "finetune_cola.json").write_text('{"scores": {"mcc": {"mean": 0.4}}}')
+    (tmp_path / "finetune_cola.info.json").write_text(
+        '{"eval_split": "test = x", "scores": "stale", "config_hash": "h"}')
+    (tmp_path / "pretrain.json").write_text('{"val_ppl": 9.5}')  # no sidecar: scores alone
+    assert report.read_metrics(tmp_path) == {
+        "finetune_cola": {"eval_split": "test = x", "config_hash": "h",
+                          "scores": {"mcc": {"mean": 0.4}}},
+        "pretrain": {"val_ppl": 9.5}}
+    (tmp_path / "pretrain.info.json").write_text("{broken")
+    with pytest.raises(report.Gpt1Error, match="pretrain.info.json"):
+        report.read_metrics(tmp_path)

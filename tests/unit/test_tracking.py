@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ def db_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 def on_params(make_params, db_uri, monkeypatch):
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     return make_params(
-        {"tracking": {"enabled": True, "uri": db_uri, "flush_seconds": 3600, "experiment": "t"}}
+        {"tracking": {"enabled": True, "uri": db_uri, "experiment": "t"}}
     )
 
 
@@ -38,6 +39,9 @@ def test_disabled_is_a_no_op(tiny_params, tmp_path: Path, monkeypatch) -> None:
 
 def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monkeypatch) -> None:
     from mlflow import MlflowClient
+
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.delenv(tracking.STAGE_ENV, raising=False)
 
     report = tmp_path / "finetune_rte.json"
     report.write_text('{"scores": {"acc": {"mean": 0.75}}}')
@@ -60,10 +64,24 @@ def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monke
     history = client.get_metric_history(pre["run_id"], "loss")  # all 5 steps, one batch at exit
     assert [(m.step, m.value) for m in history] == [(s, 5.0 - s) for s in range(5)]
     assert ft["metrics"] == {"scores.acc.mean": 0.75}
-    logged = client.get_run(pre["run_id"]).data.params
+    pre_run = client.get_run(pre["run_id"])
+    logged = pre_run.data.params  # only the sections dvc.yaml declares for `pretrain`
     assert logged["model.n_layer"] == str(on_params.model.n_layer)
-    assert logged["finetune.tasks"].startswith('["snli"')
-    assert [a.path for a in client.list_artifacts(ft["run_id"])] == ["finetune_rte.json"]
+    assert {k.split(".")[0] for k in logged} == {"seed", "model", "pretrain"}
+    assert pre_run.data.tags["mlflow.source.git.commit"] == tracking.git_commit()
+    assert len(tracking.git_commit() or "") == 40
+    assert pre_run.data.tags["dvc.stage"] == "pretrain" and pre_run.data.tags["dvc.stage_hash"]
+    ft_params = client.get_run(ft["run_id"]).data.params
+    assert {k.split(".")[0] for k in ft_params} == {"seed", "finetune", "tasks", "model",
+                                                     "pretrain"}
+    assert ft_params["finetune.tasks"].startswith('["snli"')
+    assert client.get_run(parent).data.params == {}  # the pipeline run: the config artifact
+    config = client.download_artifacts(parent, "config.json", str(tmp_path))
+    assert json.loads(Path(config).read_text()) == on_params.as_dict()
+    assert sorted(a.path for a in client.list_artifacts(ft["run_id"])) == [
+        "config.json", "finetune_rte.json"]
+    experiment = client.get_experiment(pre_run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert tracking.run_url(on_params, parent).endswith(f"/runs/{parent}")
 
 

@@ -1,0 +1,117 @@
+"""`gpt1 predict --task T TEXT...`: score text with a fine-tuned model (label + probabilities).
+
+The finetune stage saves the first seed's selected model in <paths.finetuned>/<task>/model
+(`save_task_model`: weights + model.json with the params, task and tokenizer hash, digest-
+checked like a pre-training run). Inputs take the task's own layout: TEXT is text_a (the
+sentence, premise or context), `--text-b` the second sentence or question, `--choices` the
+answers of a multiple-choice task; they are standardised and encoded as in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from gpt1.config import Params, ParamsError, parse_params
+from gpt1.errors import Gpt1Error
+
+log = logging.getLogger(__name__)
+
+MODEL_DIR = "model"
+"""Sub-directory of a fine-tuning output holding the saved model."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--task", required=True, help="a fine-tuned task (finetune.tasks)")
+    parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
+    parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
+    parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
+    parser.add_argument("--model-dir", help="default: <paths.finetuned>/<task>/model")
+
+
+def run(args: argparse.Namespace, params: Params) -> None:
+    """Entry point of `gpt1 predict`: one JSON line per text (label, probabilities)."""
+    if args.task not in params.finetune.tasks:
+        raise Gpt1Error(f"unknown task {args.task!r}; finetune.tasks = "
+                        f"{list(params.finetune.tasks)}")
+    model_dir = args.model_dir or Path(params.paths.finetuned) / args.task / MODEL_DIR
+    model, tok, spec, saved = load_task_model(model_dir, params.paths.tokenizer)
+    rows = [{"text_a": t, "text_b": args.text_b, "choices": list(args.choices)}
+            for t in args.texts]
+    for text, pred in zip(args.texts, classify(model, tok, spec, saved, rows), strict=True):
+        print(json.dumps({"text": text, **pred}, ensure_ascii=False))
+
+
+def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
+                    kind: str, tok: Any) -> None:
+    """Write a fine-tuned TaskModel with what `load_task_model` needs to rebuild it."""
+    from gpt1 import checkpoint
+
+    meta = {"kind": kind, "task": task, "vocab_size": tok.vocab_size,
+            "tokenizer_hash": tok.hash, "params": params.as_dict()}
+    checkpoint.write_model(Path(out_dir), model, meta)
+
+
+def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
+                    ) -> tuple[Any, Any, Any, Params]:
+    """(TaskModel in eval mode, tokenizer, task spec, the params it was trained with)."""
+    from gpt1 import bpe, checkpoint
+    from gpt1.heads import TaskModel
+    from gpt1.tasks.registry import TASKS
+
+    tok = bpe.load_bpe(tokenizer_dir)
+    meta_path = Path(model_dir) / checkpoint.MODEL_META
+    if not meta_path.is_file():
+        raise Gpt1Error("no fine-tuned model here; run the finetune stage first", meta_path)
+    meta = checkpoint.read_model_meta(Path(model_dir))
+    if meta["tokenizer_hash"] != tok.hash:
+        raise Gpt1Error("fine-tuned with another tokenizer; re-run finetune", meta_path)
+    try:
+        params = parse_params(meta["params"], meta_path)
+    except ParamsError as err:
+        raise Gpt1Error(f"recorded params no longer valid: {err}", meta_path) from None
+    spec = TASKS[meta["task"]]
+    body = checkpoint.build_model(meta["kind"], params, meta["vocab_size"])
+    model = TaskModel(body, spec, params.finetune.clf_pdrop, params.model.initializer_range)
+    checkpoint.load_weights(model, model_dir, meta)
+    return model, tok, spec, params
+
+
+def classify(model: Any, tok: Any, spec: Any, params: Params,
+             rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of text_a / text_b / choices -> [{"label", "probabilities"}] (regression tasks:
+    {"score"}), laid out and truncated exactly as in fine-tuning."""
+    from gpt1.finetune import infer
+    from gpt1.tasks import formats
+
+    table = pd.DataFrame({
+        "id": [str(i) for i in range(len(rows))], "group": [""] * len(rows),
+        "text_a": [r["text_a"] for r in rows], "text_b": [r.get("text_b", "") for r in rows],
+        "choices": [list(r.get("choices", [])) for r in rows],
+        "label": [0] * len(rows),
+    })
+    if spec.fmt == "choice" and any(len(c) != spec.n_choices for c in table["choices"]):
+        raise Gpt1Error(f"{spec.name} needs {spec.n_choices} --choices per example")
+    tr = formats.Truncation(params.model.n_positions, params.tasks.truncation,
+                            params.tasks.truncate_keep)
+    data = formats.encode_table(table, spec, formats.text_encoder(tok),
+                                formats.specials_of(tok), tr)
+    out = infer(model, data, 16, "fp32", torch.device("cpu"), "predict")
+    if spec.regression:
+        return [{"score": float(o)} for o in out]
+    probs = torch.softmax(torch.from_numpy(np.asarray(out, dtype=np.float32)), -1).numpy()
+
+    def name(i: int) -> str:
+        return str(spec.labels[i]) if i < len(spec.labels) else str(i)
+
+    return [{"label": name(int(p.argmax())),
+             "probabilities": {name(i): round(float(v), 6) for i, v in enumerate(p)}}
+            for p in probs]

@@ -1,0 +1,105 @@
+"""Records and the model in use, end to end through DVC on a tiny preset (issue 14, U3-U5).
+
+A copy of the repo with a tiny generated mirror, committed to git, runs `dvc repro
+finetune@sst2` with MLflow on. Then: one `dvc repro` parent run with the stages nested under
+it, each tagged with the git commit and carrying only its own params sections; the registered
+pre-trained and fine-tuned MLflow models load with `mlflow.pyfunc.load_model` and score text;
+`gpt1 generate` and `gpt1 predict` work in the repo; Data Docs exist for the corpus and every
+split of the task table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TINY
+from data_fixtures import write_corpus
+from test_dvc_data import _copy_repo, _run, _set_params
+
+sys.path.insert(0, str(REPO / "tests" / "unit"))  # the task-mirror generator of the unit tests
+from test_load import write_mirror  # noqa: E402
+
+pytestmark = pytest.mark.slow
+STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",
+          "pretrain", "prepare_task@sst2", "finetune@sst2"]
+OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},
+                "check_corpus": {"checks"}, "train_bpe": {"bpe"},
+                "shard_corpus": {"seed", "shard"}, "pretrain": {"seed", "model", "pretrain"},
+                "prepare_task@sst2": {"tasks"},
+                "finetune@sst2": {"seed", "finetune", "tasks", "model", "pretrain"}}
+
+
+def _stdout(args: list[str], repo: Path) -> str:
+    """stdout of `python -m gpt1 ARGS` in the repo (logs go to stderr)."""
+    proc = subprocess.run([sys.executable, "-m", "gpt1", *args], cwd=repo, text=True,
+                          capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
+    import mlflow
+    import mlflow.pyfunc
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    repo = tmp_path / "repo"
+    _copy_repo(repo)
+    write_corpus(repo / "mirror", n_books=4, n_paragraphs=20)
+    write_mirror(repo / "mirror", rows=40)
+    db = f"sqlite:///{repo / 'mlflow.db'}"
+    _set_params(repo, **{**TINY, "paths": {"mirror_dir": "mirror"},
+                         "tracking": {"enabled": True, "uri": db, "experiment": "e2e"},
+                         "tasks": {"dev_examples": {"story_cloze": 3}},
+                         "pretrain": {**TINY["pretrain"], "precision": "fp32"}})
+    _run(["git", "init", "-q"], repo)
+    _run(["dvc", "init", "-q"], repo)
+    _run(["git", "add", "-A"], repo)
+    _run(["git", "commit", "-qm", "tiny preset"], repo)
+    commit = _run(["git", "rev-parse", "HEAD"], repo).strip()
+    out = _run(["dvc", "repro", "finetune@sst2"], repo)
+    assert all(f"Running stage '{s}'" in out for s in STAGES)
+
+    # U3: one parent for the invocation, every stage nested, tagged, with its own params only.
+    client = MlflowClient(tracking_uri=db)
+    exp = client.get_experiment_by_name("e2e")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    runs = client.search_runs([exp.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("gpt1.pipeline") == "dvc repro"]
+    stages = {r.data.tags["dvc.stage"]: r for r in runs
+              if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(stages) == set(STAGES) and parent.info.status == "FINISHED"
+    for name, run in stages.items():
+        assert run.data.tags["mlflow.source.git.commit"] == commit
+        assert {k.split(".")[0] for k in run.data.params} == OWN_SECTIONS[name], name
+        assert run.info.status == "FINISHED"
+
+    # U3: the registered models load as pyfunc models and score text.
+    mlflow.set_tracking_uri(db)  # the registry lives in the same store
+    text = pd.DataFrame({"text": ["the cat sat on the mat.", "a very good film!"]})
+    lm = mlflow.pyfunc.load_model("models:/gpt1-pretrain/1")
+    losses = lm.predict(text)["loss"].tolist()
+    assert len(losses) == 2 and all(math.isfinite(x) and x > 0 for x in losses)
+    clf = mlflow.pyfunc.load_model("models:/gpt1-sst2/1").predict(text)
+    assert set(clf["label"]) <= {"negative", "positive"}
+    assert all(abs(sum(json.loads(p).values()) - 1) < 1e-4 for p in clf["probabilities"])
+
+    # U4: the CLI uses the models the pipeline left.
+    sample = ["generate", "The cat", "--max-new-tokens", "8", "--seed", "3"]
+    first = _stdout(sample, repo)
+    assert first.strip() and first == _stdout(sample, repo)  # seeded: the same continuation
+    pred = _stdout(["predict", "--task", "sst2", "a very good film", "bad"], repo)
+    lines = [json.loads(x) for x in pred.splitlines()]
+    assert [x["text"] for x in lines] == ["a very good film", "bad"]
+    assert all(x["label"] in x["probabilities"] for x in lines)
+
+    # U5: Data Docs for the corpus and every split of the task table, naming their suites.
+    docs = repo / "reports" / "data_docs"
+    assert "corpus_suite" in (docs / "corpus" / "index.html").read_text()
+    for split in ("train", "dev", "test"):
+        assert "task_sst2_suite" in (docs / "tasks" / "sst2" / split / "index.html").read_text()
