@@ -18,6 +18,7 @@ from gpt1 import bpe, checkpoint, stages
 from gpt1.__main__ import guarded, main
 from gpt1.config import Params, ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
+from gpt1.report import read_metrics
 from gpt1.tasks.load import load_task, validate_tables, write_tables
 from gpt1.tasks.registry import TASKS
 from tests.conftest import REPO, make_params_dict
@@ -130,7 +131,7 @@ def test_corpus_entries_that_are_not_readable_files_are_skipped_and_counted(tmp_
     (corpus / "book_loop.txt").symlink_to(corpus / "book_loop.txt")
     (corpus / "book_eio.txt").symlink_to("/proc/self/mem")  # a regular file reads fail on
     assert main(["--params", str(_params_file(tmp_path)), "download_corpus"]) == 0
-    metrics = json.loads((tmp_path / "reports/metrics/download_corpus.json").read_text())
+    metrics = read_metrics(tmp_path / "reports/metrics")["download_corpus"]  # scores + sidecar
     assert metrics["files"] == 2
     assert metrics["skipped"] == {"not_a_file": 2, "dangling_symlink": 1, "symlink_loop": 1,
                                   "unreadable": 1}

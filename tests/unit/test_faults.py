@@ -137,7 +137,7 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
     params = make_params({"finetune": {"init": "scratch", "epochs": 1, "seeds": [0, 1]}})
     hp = resolve_hparams(params, "sst2")
     data = {"train": _tiny_split(16, 0), "dev": _tiny_split(8, 1), "test": _tiny_split(8, 2)}
-    make_body = body_factory("scratch", None, None, lambda: GPT(params.model, 16))
+    make_body = body_factory("scratch", None, None, lambda: GPT(params.model, 16), n_special=3)
     out = tmp_path / "finetuned" / "sst2"
 
     def sigint_at_6(step, metrics):  # seed 0 ran 4 steps + its test step; seed 1 runs
@@ -150,8 +150,9 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not out.exists() and not list(out.parent.glob(".*"))
     finetune_task(TASKS["sst2"], hp, data, make_body, out, lambda step, m: None)
-    assert sorted(p.name for p in out.iterdir()) == ["predictions_seed0.parquet",
-                                                     "predictions_seed1.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "dev_predictions_seed0.parquet", "dev_predictions_seed1.parquet",
+        "predictions_seed0.parquet", "predictions_seed1.parquet"]
 
 
 def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
