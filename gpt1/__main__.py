@@ -60,6 +60,15 @@ def quiet_telemetry() -> None:
         os.environ.setdefault(key, value)
 
 
+def passive_openmp() -> None:
+    """OMP_WAIT_POLICY=PASSIVE unless the user set it; before torch loads (libgomp reads it then).
+
+    Idle OpenMP workers then sleep instead of spinning, so a stage sharing its cores slows by
+    about its fair share (benchmarks/under_load.py); spinning made a step several times slower.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpt1", description=__doc__)
     parser.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
@@ -86,6 +95,7 @@ def run_stage(name: str, params_path: str, **kwargs: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    passive_openmp()  # first: build_parser imports the tools, which import torch
     quiet_telemetry()
     args = build_parser().parse_args(argv)
     logging.basicConfig(
