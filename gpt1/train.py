@@ -103,7 +103,8 @@ def train_step(
     update is applied only when loss and norm are finite and `halted` (a device flag: an
     earlier step was not) is unset: the fused AdamW kernel reads `found_inf` on the device and
     then leaves weights, moments and step count as they were (the flag torch's GradScaler
-    sets), so no step waits for the GPU to decide. step_values reads the result.
+    sets), so no step waits for the GPU to decide; `optimizer` must be a fused one
+    (gpt1.optim.build_optimizer). step_values reads the result.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
