@@ -106,6 +106,13 @@ def _common_options(parser: argparse.ArgumentParser, top: bool) -> None:
                         help="params file (default params.yaml)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         default=False if top else argparse.SUPPRESS, help="debug logging")
+def passive_openmp() -> None:
+    """OMP_WAIT_POLICY=PASSIVE unless the user set it; before torch loads (libgomp reads it then).
+
+    Idle OpenMP workers then sleep instead of spinning, so a stage sharing its cores slows by
+    about its fair share (benchmarks/under_load.py); spinning made a step several times slower.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +148,7 @@ def run_stage(name: str, params_path: str, **kwargs: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    passive_openmp()  # first: build_parser imports the tools, which import torch
     quiet_telemetry()
     args = build_parser().parse_args(argv)
     logging.basicConfig(

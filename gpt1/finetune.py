@@ -35,7 +35,7 @@ from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import progress
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
-from gpt1.train import autocast_for, resolve_precision, train_step
+from gpt1.train import autocast_for, resolve_precision, step_values, train_step
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,8 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
             idx, lengths = collate([train.seqs[i] for i in rows], device)
             batch = (idx, lengths, _labels(spec, train, rows, device))
             lr = lr_at(step, total, warmup, hp.lr, "linear")  # t before its increment (optim)
-            stats = train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip, precision)
+            stats = step_values(train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip,
+                                           precision), lr)
             step += 1
             seen += len(rows)
             bar.update(1)

@@ -1,6 +1,6 @@
 """Training step and the pre-training loop (spec §1): resumable, data-parallel, native bf16.
 
-`train_step` (accumulate, clip, step) is shared with fine-tuning. `pretrain` runs
+`train_step` (accumulate, clip, step; no host sync) is shared with fine-tuning. `pretrain` runs
 `for step in range(start, total_steps)` over seeded windows of the token shards, evaluates,
 checkpoints (atomically; the latest one plus log-spaced zero-shot weights) and resumes from the
 latest checkpoint so that a run killed at any moment ends bit-identical to one never stopped:
@@ -95,11 +95,17 @@ def train_step(
     lr: float,
     grad_clip: float,
     precision: str,
-) -> dict[str, float]:
-    """One update: accumulate loss/len(micro_batches) gradients, clip the norm, step.
+    halted: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One update without a host sync: (mean loss, grad norm, finite) as device tensors.
 
-    Under DDP, gradients are all-reduced on the last micro-batch only and the returned loss is
-    the mean over ranks. Raises NonFiniteLossError (before stepping) on NaN/inf.
+    Accumulates loss/len(micro_batches) gradients, clips the norm, steps. Under DDP, gradients
+    are all-reduced on the last micro-batch only and the loss is the mean over ranks. The
+    update is applied only when loss and norm are finite and `halted` (a device flag: an
+    earlier step was not) is unset: the fused AdamW kernel reads `found_inf` on the device and
+    then leaves weights, moments and step count as they were (the flag torch's GradScaler
+    sets), so no step waits for the GPU to decide; `optimizer` must be a fused one
+    (gpt1.optim.build_optimizer). step_values reads the result.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -120,13 +126,94 @@ def train_step(
         dist.all_reduce(mean_loss)
         mean_loss /= dist.get_world_size()
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    loss_value, norm_value = mean_loss.item(), grad_norm.item()
-    if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
-        optimizer.zero_grad(set_to_none=True)
-        raise NonFiniteLossError(f"non-finite loss {loss_value} / grad norm {norm_value}")
-    optimizer.step()
+    finite = torch.isfinite(mean_loss) & torch.isfinite(grad_norm)
+    skip = ~finite if halted is None else ~finite | halted
+    optimizer.found_inf = skip.float()  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
     optimizer.zero_grad(set_to_none=True)
+    return mean_loss, grad_norm, finite
+
+
+def step_values(step: tuple[torch.Tensor, torch.Tensor, torch.Tensor], lr: float
+                ) -> dict[str, float]:
+    """Read a train_step's loss and norm (one host sync), as fine-tuning does every step.
+
+    Raises NonFiniteLossError on NaN/inf (the update was not applied).
+    """
+    loss_value, norm_value = step[0].item(), step[1].item()
+    if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+        raise NonFiniteLossError(f"non-finite loss {loss_value} / grad norm {norm_value}")
     return {"loss": loss_value, "grad_norm": norm_value, "lr": lr}
+
+
+def training_device() -> torch.device:
+    """cuda:LOCAL_RANK when CUDA is available (torchrun: one GPU per process), else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    index = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch on `device`. To CUDA through page-locked memory, asynchronously: the copy
+    is queued behind the running step instead of waiting for it."""
+    if device.type == "cuda":
+        return batch.pin_memory().to(device, non_blocking=True)
+    return batch.to(device)
+
+
+class NonFiniteWatch:
+    """The first non-finite update of a run, tracked on the device and read only at the loop's
+    sync points (logging, evaluation, checkpoints): no per-step host sync.
+
+    Trade-off: a NaN/inf is reported up to log_interval_steps - 1 steps after it happened. No
+    update is applied from that step on (`halted` is sticky and train_step skips the update),
+    so the weights are those before the bad step, and every checkpoint write is preceded by
+    `check`: no checkpoint ever holds a state after it; the last good one is kept.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.first = torch.full((), -1, dtype=torch.int64, device=device)
+        self.values = torch.zeros(2, dtype=torch.float64, device=device)
+
+    @property
+    def halted(self) -> torch.Tensor:
+        return self.first >= 0
+
+    def record(self, step: int, loss: torch.Tensor, norm: torch.Tensor,
+               finite: torch.Tensor) -> None:
+        new = (self.first < 0) & ~finite
+        self.first = torch.where(new, step, self.first)
+        self.values = torch.where(new, torch.stack([loss.double(), norm.double()]), self.values)
+
+    def check(self, run_dir: Path) -> None:
+        """Raise NonFiniteLossError naming the first bad step (0-based), if there was one."""
+        first = int(self.first.item())
+        if first >= 0:
+            loss, norm = self.values.tolist()
+            kept = checkpoint.latest_checkpoint(run_dir)
+            raise NonFiniteLossError(
+                f"non-finite loss {loss} / grad norm {norm} at step {first}; stopped, last good "
+                f"checkpoint kept: {kept}", run_dir)
+
+
+def cost_projection(n_params: int, flops_per_token: float, tokens: int,
+                    tokens_per_s: float | None = None) -> dict[str, float]:
+    """Parameters, FLOPs per token, planned tokens, total FLOPs and, given a training rate,
+    the hours they take (matmul FLOPs, as flops_per_token counts them)."""
+    out = {"params": float(n_params), "flops_per_token": flops_per_token,
+           "tokens": float(tokens), "flops": flops_per_token * tokens}
+    if tokens_per_s:
+        out["hours"] = tokens / tokens_per_s / 3600.0
+    return out
+
+
+PROJECTION_STEPS = 3
+"""Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
 
 
 class CausalLM(nn.Module):
@@ -214,7 +301,7 @@ def evaluate(
     with torch.no_grad(), autocast_for(precision, device):
         for i, start in enumerate(range(0, len(windows), micro_batch_seqs)):
             if i % world == rank:
-                batch = windows[start : start + micro_batch_seqs].to(device)
+                batch = to_device(windows[start : start + micro_batch_seqs], device)
                 total[0] += model(batch).double() * len(batch)
                 total[1] += len(batch)
     if world > 1:
@@ -240,7 +327,7 @@ def pretrain(
     model. Returns the final metrics (val loss/perplexity, throughput).
     """
     cfg, run_dir = params.pretrain, Path(run_dir)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = training_device()
     precision = resolve_precision(cfg.precision, device)
     with distributed(device.type) as (rank, world), stop_on_signals() as stop:
         accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
@@ -263,35 +350,52 @@ def pretrain(
             loss_module.compile()  # in place: state_dict keys and DDP wrapping unchanged
         module: nn.Module = loss_module
         if world > 1:
-            module = DistributedDataParallel(loss_module)
+            module = DistributedDataParallel(
+                loss_module, device_ids=[device.index] if device.type == "cuda" else None)
         zs_steps = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints))
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
                  cfg.micro_batch_seqs, accum, world, precision, start)
         tokens_per_step = cfg.batch_seqs * cfg.seq_len
+        plan = cost_projection(sum(p.numel() for p in lm.parameters()), flops_per_token,
+                               total_steps * tokens_per_step)
+        log.info("cost: %.4g parameters, %.4g FLOP/token, %.4g tokens planned, %.4g FLOP in all",
+                 plan["params"], plan["flops_per_token"], plan["tokens"], plan["flops"])
+        watch = NonFiniteWatch(device)
+        timed_from = start + 1 if total_steps - start > PROJECTION_STEPS + 1 else None
         bar = progress(total=total_steps, initial=start, unit="step", disable=rank != 0,
                        desc=f"pretrain {meta['kind']}", mininterval=2.0, dynamic_ncols=True)
         window_t, window_steps, tokens_per_s = time.perf_counter(), 0, 0.0
         last: dict[str, float] = {}
         for step in range(start, total_steps):
+            if step == timed_from:
+                _sync(device)
+                timed_t = time.perf_counter()
             micro = [
                 (micro_batch_seed(params.seed, step, m),
-                 sampler.batch(step * cfg.batch_seqs + m * cfg.micro_batch_seqs,
-                               cfg.micro_batch_seqs).to(device))
+                 to_device(sampler.batch(step * cfg.batch_seqs + m * cfg.micro_batch_seqs,
+                                         cfg.micro_batch_seqs), device))
                 for m in range(rank * accum, (rank + 1) * accum)
             ]
             lr = lr_at(step, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
-            try:
-                last = train_step(module, optimizer, micro, _seeded_loss, lr, cfg.grad_clip,
-                                  precision)
-            except NonFiniteLossError as err:
-                kept = checkpoint.latest_checkpoint(run_dir)
-                raise NonFiniteLossError(
-                    f"{err.problem} at step {step}; stopped, last good checkpoint kept: {kept}",
-                    run_dir,
-                ) from None
+            loss, norm, finite = train_step(module, optimizer, micro, _seeded_loss, lr,
+                                             cfg.grad_clip, precision, watch.halted)
+            watch.record(step, loss, norm, finite)
             done, window_steps = step + 1, window_steps + 1
             bar.update(1)
+            if timed_from is not None and done == timed_from + PROJECTION_STEPS:
+                _sync(device)
+                rate = PROJECTION_STEPS * tokens_per_step / (time.perf_counter() - timed_t)
+                hours = cost_projection(0, flops_per_token, int(plan["tokens"]), rate)["hours"]
+                log.info("cost: %.0f tokens/s (%.4g FLOP/s) over steps %d-%d: %.2f h in all, "
+                         "%.2f h left", rate, rate * flops_per_token, timed_from + 1, done,
+                         hours, hours * (total_steps - done) / total_steps)
+            if any(done % every == 0 for every in (cfg.log_interval_steps,
+                                                    cfg.eval_interval_steps,
+                                                    cfg.checkpoint_interval_steps)) \
+                    or done == total_steps or done in zs_steps:
+                watch.check(run_dir)  # the loop's only host syncs: log, eval, checkpoint, end
+                last = {"loss": loss.item(), "grad_norm": norm.item(), "lr": lr}
             if done % cfg.log_interval_steps == 0 or done == total_steps:
                 elapsed = time.perf_counter() - window_t
                 tokens_per_s = window_steps * tokens_per_step / elapsed
@@ -312,6 +416,8 @@ def pretrain(
             if rank == 0 and done in zs_steps:
                 checkpoint.save_weights(checkpoint.zeroshot_path(run_dir, done), lm)
             stopping = _stop_agreed(stop, world, device)
+            if stopping:
+                watch.check(run_dir)  # a stop between log intervals saves checked weights too
             if done % cfg.checkpoint_interval_steps == 0 or done == total_steps or stopping:
                 if rank == 0:
                     checkpoint.save_checkpoint(run_dir, done, lm, optimizer, {
@@ -347,6 +453,12 @@ def _stop_agreed(stop: StopRequest, world: int, device: torch.device) -> bool:
     dist.all_reduce(signum, op=dist.ReduceOp.MAX)
     stop.signum = int(signum.item()) or None
     return bool(stop)
+
+
+def _sync(device: torch.device) -> None:
+    """Wait for the device's queued work (timing only; CPU work is synchronous)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _resume(
