@@ -28,6 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
+from gpt1.backends import apply_kernels  # noqa: E402
 from gpt1.config import load_params  # noqa: E402
 from gpt1.export import hf_state_dict  # noqa: E402
 from gpt1.model import GPT, flops_per_token  # noqa: E402
@@ -55,6 +56,7 @@ def make_models(params_path: str) -> tuple[GPT, OpenAIGPTLMHeadModel]:
     cfg = base.model_copy(update={**BENCH, "arch": "gpt1"})
     torch.manual_seed(0)
     ours = GPT(cfg, VOCAB)
+    apply_kernels(ours, cfg.kernels, torch.device("cpu"))  # params.yaml: auto = the fused CPU path
     hf_cfg = OpenAIGPTConfig(
         vocab_size=VOCAB, n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
         n_head=cfg.n_head, afn=cfg.afn, resid_pdrop=cfg.resid_pdrop, embd_pdrop=cfg.embd_pdrop,

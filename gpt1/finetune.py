@@ -27,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from gpt1 import atomic
+from gpt1.backends import kernels_of
 from gpt1.config import Params
 from gpt1.evaluate import aggregate, predict, score_split
 from gpt1.heads import TaskModel
@@ -256,7 +257,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     atomic.write_bytes(out_dir / f"predictions_seed{seed}.parquet",
                        frame.to_parquet(index=False) or b"")
     return {"seed": seed, "scores": scores, "best_epoch": best[1], "dev_history": history,
-            "steps": step, "train_examples_per_s": seen / train_s,
+            "steps": step, "kernels": kernels_of(model), "train_examples_per_s": seen / train_s,
             "eval_examples_per_s": len(test) / eval_s}
 
 
@@ -277,7 +278,7 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                                    device, steps_before))
     return {
         "scores": aggregate([r["scores"] for r in runs]),
-        "seeds": runs,
+        "seeds": runs, "kernels": runs[0]["kernels"],
         "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_eval": len(data["test"]),
         "truncated": {s: data[s].n_truncated for s in data},
     }
