@@ -339,8 +339,8 @@ def add_dropout_layer_norm(
 @add_dropout_layer_norm.register_fake
 def _(x: Tensor, f: Tensor, gamma: Tensor, beta: Tensor, eps: float, seed: Tensor, p: float,
       save_sum: bool, pool: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    rows = x.new_empty(x.size(0))
-    return torch.empty_like(x), torch.empty_like(x) if save_sum else x.new_empty(0), rows, rows
+    saved = torch.empty_like(x) if save_sum else x.new_empty(0)
+    return torch.empty_like(x), saved, x.new_empty(x.size(0)), x.new_empty(x.size(0))
 
 
 @torch.library.custom_op("gpt1::add_dropout_layer_norm_backward", mutates_args=())
