@@ -13,9 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from gpt1 import checkpoint
 from gpt1.backends import apply_kernels, fused, kernels_of, native, ops
 from gpt1.backends import kernels as K
-from gpt1.config import load_params
+from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.model import GPT
 from gpt1.train import CausalLM
@@ -402,3 +403,14 @@ def test_compiled_fused_model_has_no_graph_breaks_and_eager_loss() -> None:
     assert len(grads) == len(eager_grads) > 10
     for got, want in zip(grads, eager_grads, strict=True):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["gpt", "lstm"])
+def test_build_model_installs_the_params_backend(make_params, kind: str) -> None:
+    """checkpoint.build_model (every stage's model) applies model.kernels; `torch` leaves the
+    model as written, `auto` on CPU fuses it."""
+    assert kernels_of(checkpoint.build_model(kind, make_params(), 50)) == "cpu_fused"
+    plain = checkpoint.build_model(kind, make_params({"model": {"kernels": "torch"}}), 50)
+    assert kernels_of(plain) == "torch"
+    with pytest.raises(ParamsError, match="kernels"):
+        make_params({"model": {"kernels": "cuda_fused"}})
