@@ -105,6 +105,13 @@ def _backward_once(ctx: Any, what: str) -> None:
     ctx.backpropagated = True
 
 
+def _no_zero_grads(ctx: Any) -> None:
+    """Outputs kept only for backward (probabilities, activations, statistics) get no gradient:
+    pass None for them, not a zero-filled tensor of their size (the (N, V) softmax alone is
+    67 MB per step at the bench config)."""
+    ctx.set_materialize_grads(False)
+
+
 def _release(ctx: Any) -> None:
     if ctx.pool >= 0:
         POOLS[ctx.pool].release()
@@ -132,13 +139,14 @@ def _(x: Tensor, seed: Tensor, p: float) -> Tensor:
 
 
 def _dropout_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    _no_zero_grads(ctx)
     ctx.save_for_backward(inputs[1])
     ctx.p = inputs[2]
 
 
-def _dropout_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+def _dropout_backward(ctx: Any, grad: Tensor | None) -> tuple[Tensor | None, None, None]:
     (seed,) = ctx.saved_tensors
-    return dropout(grad, seed, ctx.p), None, None
+    return (None if grad is None else dropout(grad, seed, ctx.p)), None, None
 
 
 dropout.register_autograd(_dropout_backward, setup_context=_dropout_setup)
@@ -158,6 +166,7 @@ def _(weight: Tensor, idx: Tensor, head_dtype: torch.dtype) -> tuple[Tensor, Ten
 
 
 def _tied_lookup_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _no_zero_grads(ctx)
     weight, idx, _ = inputs
     ctx.save_for_backward(idx)
     ctx.weight_shape, ctx.weight_dtype = weight.shape, weight.dtype
@@ -226,6 +235,7 @@ def _(grad_y: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, dropped: T
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _no_zero_grads(ctx)
     q, k, v, seed, p, pool = inputs
     ctx.save_for_backward(q, k, v, output[1], output[2], seed)
     ctx.p = p
@@ -299,6 +309,7 @@ def _(grad_y: Tensor, x: Tensor, w_fc: Tensor, w_proj: Tensor, u: Tensor, a: Ten
 
 
 def _mlp_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _no_zero_grads(ctx)
     x, w_fc, _, w_proj, _, pool = inputs
     ctx.save_for_backward(x, w_fc, w_proj, output[1], output[2])
     _hold(ctx, pool)
@@ -360,6 +371,7 @@ def _(grad_h: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor, seed
 
 
 def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _no_zero_grads(ctx)
     x, f, gamma, _, _, seed, p, _, pool = inputs
     ctx.save_for_backward(output[1], gamma, output[2], output[3], seed)
     ctx.p, ctx.f_dtype = p, f.dtype
@@ -453,6 +465,7 @@ def _(grad_rows: Tensor, h: Tensor, weight: Tensor, targets: Tensor, p_target: T
 
 
 def _head_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    _no_zero_grads(ctx)
     h, weight, targets, _, pool = inputs
     ctx.save_for_backward(h, weight, targets, output[2], output[1])
     _hold(ctx, pool)
