@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from gpt1.backends import apply_kernels
 from gpt1.config import load_params
 from gpt1.finetune import infer, make_loss_fn, resolve_hparams
 from gpt1.heads import TaskModel
@@ -51,7 +52,9 @@ def main() -> None:
         B = hp.batch_size
         torch.manual_seed(0)
         T = min(T, params.model.n_positions)
-        model = TaskModel(GPT(params.model, args.vocab), spec, hp.clf_pdrop, hp.init_std)
+        body = GPT(params.model, args.vocab)
+        apply_kernels(body, params.model.kernels, torch.device("cpu"))
+        model = TaskModel(body, spec, hp.clf_pdrop, hp.init_std)
         opt = build_optimizer(model, hp.lr, hp.betas, hp.eps, hp.weight_decay)
         idx = torch.randint(0, args.vocab - 3, (B, K, T))
         lengths = torch.full((B, K), T)

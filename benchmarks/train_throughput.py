@@ -36,6 +36,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
+from gpt1.backends import apply_kernels  # noqa: E402
 from gpt1.config import load_params  # noqa: E402
 from gpt1.export import hf_state_dict  # noqa: E402
 from gpt1.model import GPT, flops_per_token  # noqa: E402
@@ -57,17 +58,6 @@ def bf16_peak(device_name: str, override_tflops: float | None) -> float | None:
     if override_tflops:
         return override_tflops * 1e12
     return next((peak for key, peak in PEAK_BF16 if key in device_name), None)
-
-
-def install_kernels(model: torch.nn.Module, name: str, device: torch.device) -> str:
-    """gpt1.backends.apply_kernels where this checkout has it, else the model's own kernels."""
-    try:
-        from gpt1.backends import apply_kernels  # type: ignore[import-not-found]
-    except ImportError:
-        if name != "auto":
-            raise SystemExit(f"--kernels {name}: this checkout has no gpt1.backends") from None
-        return "gpt1.model built-in"
-    return str(apply_kernels(model, name, device))
 
 
 def synthetic_stream(n_tokens: int, vocab: int, seed: int) -> torch.Tensor:
@@ -205,7 +195,7 @@ def main() -> None:
     init = {k: v.clone() for k, v in ours.state_dict().items()}
     ours.to(device)
     cast(torch.nn.Module, theirs).to(device)  # transformers types .to() as its own
-    kernels = install_kernels(ours, args.kernels, device)
+    kernels = apply_kernels(ours, args.kernels, device)
     fpt = flops_per_token(ours.cfg, vocab, T)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = bf16_peak(name, args.peak_tflops) if device.type == "cuda" else None

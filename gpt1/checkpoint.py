@@ -27,6 +27,7 @@ from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from gpt1 import atomic
+from gpt1.backends import apply_kernels
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.lstm import LSTMLM
@@ -43,12 +44,18 @@ _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
 
 def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
-    """A fresh GPT (`kind="gpt"`) or LSTM language model from params."""
+    """A fresh GPT (`kind="gpt"`) or LSTM language model from params, with the kernel backend
+    of `model.kernels` installed for the device the stages run on (gpt1/backends)."""
+    model: GPT | LSTMLM
     if kind == "gpt":
-        return GPT(params.model, vocab_size)
-    if kind == "lstm":
-        return LSTMLM(params.lstm, vocab_size)
-    raise ValueError(f"unknown model kind {kind!r}")
+        model = GPT(params.model, vocab_size)
+    elif kind == "lstm":
+        model = LSTMLM(params.lstm, vocab_size)
+    else:
+        raise ValueError(f"unknown model kind {kind!r}")
+    apply_kernels(model, params.model.kernels,
+                  torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    return model
 
 
 def _sha256(data: bytes) -> str:

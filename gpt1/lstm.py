@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from gpt1.config import LstmCfg
-from gpt1.model import Dropout, TiedEmbedding
+from gpt1.model import TiedEmbedding
 
 
 class LSTMLM(nn.Module):
@@ -24,7 +24,7 @@ class LSTMLM(nn.Module):
         self.vocab_size = vocab_size
         self.n_embd = cfg.n_embd
         self.tokens_embed = TiedEmbedding(vocab_size, cfg.n_embd, cfg.dropout, "activations")
-        self.drop = Dropout(cfg.dropout)
+        self.drop = nn.Dropout(cfg.dropout)
         self.rnn = nn.LSTM(cfg.n_embd, cfg.hidden_size, num_layers=cfg.n_layer, batch_first=True)
         self.proj: nn.Linear | None = None
         if cfg.hidden_size != cfg.n_embd:

@@ -21,6 +21,7 @@ import torch
 from gpt1 import atomic, bpe, checkpoint, predict, tracking, train
 from gpt1 import report as rep
 from gpt1 import zeroshot as zs
+from gpt1.backends import kernels_of
 from gpt1.config import Params, parse_params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
@@ -168,13 +169,15 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
     model = checkpoint.build_model(kind, params, tok.vocab_size)
     flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
              if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
-    meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash}
+    meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+            "kernels": kernels_of(model)}
     is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
     run = tracking.start_run(stage, params) if is_rank0 else contextlib.nullcontext(None)
     with run as on_metrics:
         metrics = train.pretrain(model, train_tokens, val_tokens, params, run_dir, meta, flops,
                                  on_metrics or (lambda step, m: None))
         history = metrics.pop("history")
+        metrics["kernels"] = meta["kernels"]
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
             _log_model(params, run_dir, kind, None)
@@ -311,7 +314,7 @@ def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: st
         "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
         "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
         "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef,
+        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "kernels": result["kernels"],
         "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
         "best_epoch": [r["best_epoch"] for r in result["seeds"]],
         "train_examples_per_s": round(sum(r["train_examples_per_s"]
@@ -449,6 +452,7 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
                        f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
         "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
         "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
+        "kernels": kernels_of(model),
     }
     write_metrics(params, stage, metrics, ("final",))
     return metrics

@@ -5,17 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gpt1.backends import apply_kernels, ops
 from gpt1.config import ModelCfg
 from gpt1.lstm import LSTMLM
-from gpt1.model import (
-    GPT,
-    ScratchPool,
-    TiedEmbedding,
-    count_parameters,
-    dropout,
-    head_cross_entropy,
-    transfer_weights,
-)
+from gpt1.model import GPT, TiedEmbedding, count_parameters, transfer_weights
+
+CPU = torch.device("cpu")
 
 
 def _cfg(tiny_params, **over) -> ModelCfg:
@@ -51,9 +46,11 @@ def test_causality(tiny_params, arch, embd_dropout):
     assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().max() > 1e-4
 
 
-def test_causality_in_training_mode_with_dropout(tiny_params):
-    """The explicit dropout-attention path is causal too (same dropout masks via the seed)."""
+@pytest.mark.parametrize("kernels", ["torch", "cpu_fused"])
+def test_causality_in_training_mode_with_dropout(tiny_params, kernels):
+    """Attention with dropout is causal too, in both backends (same masks via the seed)."""
     model = GPT(_cfg(tiny_params, attn_pdrop=0.5), vocab_size=50).train()
+    assert apply_kernels(model, kernels, CPU) == kernels
     idx = torch.randint(0, 50, (2, 16))
     changed = idx.clone()
     changed[:, 12] = (idx[:, 12] + 1) % 50
@@ -77,18 +74,20 @@ def test_init(tiny_params):
             assert abs(p.mean().item()) < 0.2 * std, name
 
 
-def test_matrix_dropout_shares_mask_with_head(tiny_params):
+@pytest.mark.parametrize("kernels", ["torch", "cpu_fused"])
+def test_matrix_dropout_shares_mask_with_head(tiny_params, kernels):
     """embd_dropout=matrix: the output layer uses the same dropped We as the lookup."""
     model = GPT(_cfg(tiny_params, embd_dropout="matrix", embd_pdrop=0.5), vocab_size=50).train()
+    apply_kernels(model, kernels, CPU)
     idx = torch.arange(50).view(1, 50)[:, :16]
     h = model(idx)
-    head = model.tokens_embed._head_weight
+    head = model.tokens_embed.pass_weight
     assert head is not None
     assert (head == 0).float().mean() > 0.3  # half the entries dropped
     torch.testing.assert_close(model.lm_logits(h), h @ head.T)
     model.eval()
     model(idx)
-    assert model.tokens_embed._head_weight is None
+    assert model.tokens_embed.pass_weight is None
 
 
 def test_too_long_sequence_is_refused(tiny_params):
@@ -136,12 +135,14 @@ def test_transfer_weights_copies_first_k_blocks(tiny_params):
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_fast_dropout_rate_is_uniform_and_unbiased(p):
     x = torch.ones(4, 100_003)
-    y = dropout(x, p, training=True)
+    y = ops.dropout(x, ops.new_seed(), p)
     dropped = (y == 0).float()
     for lane in range(4):  # every position of the 4 x 16-bit lanes of each random word
         assert dropped.flatten()[lane::4].mean().item() == pytest.approx(p, abs=0.01)
     assert y.mean().item() == pytest.approx(1.0, abs=0.01)
-    assert torch.equal(dropout(x, p, training=False), x)
+    fused = torch.nn.Dropout(p).eval()
+    apply_kernels(fused, "cpu_fused", CPU)
+    assert torch.equal(fused(x), x)
 
 
 def _head_case(dtype, n=37, vocab=5_000, width=24):
@@ -164,10 +165,10 @@ def test_head_cross_entropy_matches_linear_plus_torch(dtype, weighted):
     two steps sharing the pooled logits buffer."""
     h0, w0, targets = _head_case(dtype)
     row_weights = torch.rand(len(targets)) if weighted else torch.full((len(targets),), 0.1)
-    pool = ScratchPool()
+    pool = ops.new_pool()
     for _ in range(2):
         h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
-        ours = head_cross_entropy(h, w, targets, pool)
+        ours = ops.head_losses(h, w, targets, pool)
         g_h, g_w = torch.autograd.grad((ours * row_weights).sum(), (h, w))
         h_ref, w_ref = h0.float().requires_grad_(), w0.float().requires_grad_()
         logits = (h_ref @ w_ref.T).to(dtype).float()  # the same rounded logits
@@ -184,10 +185,10 @@ def test_head_cross_entropy_matches_linear_plus_torch(dtype, weighted):
 
 def test_head_cross_entropy_pool_lends_one_buffer_at_a_time():
     h0, w0, targets = _head_case(torch.float32)
-    pool = ScratchPool()
+    pool = ops.new_pool()
     h1, h2 = h0.clone().requires_grad_(), (2 * h0).requires_grad_()
-    loss1 = head_cross_entropy(h1, w0, targets, pool).mean()
-    loss2 = head_cross_entropy(h2, w0, targets, pool).mean()  # before loss1's backward
+    loss1 = ops.head_losses(h1, w0, targets, pool).mean()
+    loss2 = ops.head_losses(h2, w0, targets, pool).mean()  # before loss1's backward
     (g1,) = torch.autograd.grad(loss1, h1, retain_graph=True)
     (g2,) = torch.autograd.grad(loss2, h2)
     for h, g in ((h0, g1), (2 * h0, g2)):
@@ -197,7 +198,7 @@ def test_head_cross_entropy_pool_lends_one_buffer_at_a_time():
     with pytest.raises(RuntimeError, match="twice"):
         torch.autograd.grad(loss1, h1)
     with torch.no_grad():  # evaluation: no buffer kept, same values
-        torch.testing.assert_close(head_cross_entropy(h0, w0, targets, pool).mean(), loss1)
+        torch.testing.assert_close(ops.head_losses(h0, w0, targets, pool).mean(), loss1)
 
 
 @pytest.mark.parametrize("body", ["gpt", "lstm"])
@@ -207,9 +208,10 @@ def test_lm_losses_equal_lm_logits_then_cross_entropy(tiny_params, body, precisi
     the matrix embedding dropout (same mask seed) and under bf16 autocast, gradients too."""
     def build():
         torch.manual_seed(0)
-        if body == "gpt":
-            return GPT(_cfg(tiny_params, embd_dropout="matrix"), vocab_size=50).train()
-        return LSTMLM(tiny_params.lstm, vocab_size=50).train()
+        model = (GPT(_cfg(tiny_params, embd_dropout="matrix"), vocab_size=50) if body == "gpt"
+                 else LSTMLM(tiny_params.lstm, vocab_size=50))
+        assert apply_kernels(model, "cpu_fused", CPU) == "cpu_fused"
+        return model.train()
 
     idx = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
     results = []
@@ -238,6 +240,7 @@ def test_tied_lookup_under_autocast_matches_separate_uses(use_head):
     values and the same We gradient as F.embedding + F.linear, also when the head is unused."""
     torch.manual_seed(0)
     emb = TiedEmbedding(40, 8, 0.0, "activations")
+    apply_kernels(emb, "cpu_fused", CPU)
     torch.nn.init.normal_(emb.weight)
     idx = torch.tensor([[1, 5, 5, 39], [0, 1, 2, 3]])
     probe = torch.randn(2, 4, 8)

@@ -1,142 +1,19 @@
-"""Fused CPU kernels of the training step (gpt1/kernels.c) and their torch references.
+"""Fused CPU kernels of the training step (kernels.c) and their torch references.
 
 Each op here runs the C kernel when it can (CPU tensor, float32 or bfloat16, the library
-built) and otherwise the torch reference below it, which computes the same function: the same
-dropout masks bit for bit (both hash the element index with the same seed), the same math in
-fp32 up to rounding. CUDA always takes the reference path.
-
-The library is compiled on first use with the system C compiler (`$CC`, else `cc`) for this
-machine's CPU (-march=native) into `$GPT1_KERNEL_CACHE` (default `~/.cache/gpt1`), keyed by a
-hash of the source, flags and CPU, and written to a temp name then renamed. With no compiler
-the reference path runs, after one warning. `GPT1_CPU_KERNELS=0` turns the kernels off.
+built: gpt1/backends/native.py) and otherwise the torch reference below it, which computes the
+same function: the same dropout masks bit for bit (both hash the element index with the same
+seed), the same math in fp32 up to rounding.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import torch
 
-log = logging.getLogger(__name__)
+from gpt1.backends.native import library
 
-SOURCE = Path(__file__).with_name("kernels.c")
-FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd",
-         "-fPIC", "-shared", "-pthread"]
 KIND = {torch.float32: 0, torch.bfloat16: 1}
 MASK32 = 0xFFFFFFFF
-
-_state: dict[str, object] = {"lib": None, "tried": False, "enabled": True}
-
-
-def _cpu_signature() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return platform.processor()
-    lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
-    return "\n".join(sorted(set(lines)))
-
-
-def _build() -> Path | None:
-    """Compile kernels.c for this CPU into the cache (once per source/flags/CPU)."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        log.warning("gpt1 CPU kernels: no C compiler found ($CC, cc, gcc); using torch ops")
-        return None
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join(
-        [source, " ".join([cc, *FLAGS]).encode(), platform.machine().encode(),
-         _cpu_signature().encode()]
-    )).hexdigest()[:16]
-    cache = Path(os.environ.get("GPT1_KERNEL_CACHE")
-                 or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpt1")
-    target = cache / f"kernels-{key}.so"
-    if target.exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".kernels-", suffix=".so", dir=cache)
-    os.close(fd)
-    try:
-        done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
-                              capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-            log.warning("gpt1 CPU kernels: %s failed to compile %s: %s; using torch ops",
-                        cc, SOURCE, last)
-            return None
-        os.replace(tmp, target)  # atomic: a concurrent process sees all of it or nothing
-        return target
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.warning("gpt1 CPU kernels: cannot run %s: %s; using torch ops", cc, exc)
-        return None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _load() -> ctypes.CDLL | None:
-    """Build (or find) and load the library; a cache entry that does not load is rebuilt once."""
-    for attempt in range(2):
-        path = _build()
-        if path is None:
-            return None
-        try:
-            return ctypes.CDLL(str(path))
-        except OSError as exc:  # e.g. a truncated file in the cache
-            log.warning("gpt1 CPU kernels: cannot load %s (%s)%s", path, exc,
-                        "; rebuilding" if attempt == 0 else "; using torch ops")
-            path.unlink(missing_ok=True)
-    return None
-
-
-def library() -> ctypes.CDLL | None:
-    """The loaded kernel library, or None (disabled, or no compiler)."""
-    if not _state["enabled"] or os.environ.get("GPT1_CPU_KERNELS", "1") == "0":
-        return None
-    if not _state["tried"]:
-        _state["tried"] = True
-        lib = _load()
-        if lib is not None:
-            p, i64, i32, u64, u32, f32 = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int,
-                                          ctypes.c_uint64, ctypes.c_uint32, ctypes.c_float)
-            lib.gpt1_dropout.argtypes = [p, p, i64, i32, u64, u32, f32, i32]
-            lib.gpt1_gelu_fwd.argtypes = [p, p, i64, i32, i32]
-            lib.gpt1_gelu_bwd.argtypes = [p, p, p, i64, i32, i32]
-            lib.gpt1_attn_fwd.argtypes = [p, p, p, i64, i64, i32, f32, u64, u32, f32, i32]
-            lib.gpt1_attn_bwd.argtypes = [p, p, i64, i64, i32, f32, u64, u32, f32, i32]
-            lib.gpt1_softmax_rows.argtypes = [p, p, i64, i64, i32, i32]
-            lib.gpt1_add_layer_norm_fwd.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i32, f32,
-                                                    u64, u32, f32, i32]
-            lib.gpt1_add_layer_norm_bwd.argtypes = [p, p, p, p, p, p, p, p, p, i64, i64, i32,
-                                                    u64, u32, f32, i32]
-            for fn in (lib.gpt1_dropout, lib.gpt1_gelu_fwd, lib.gpt1_gelu_bwd, lib.gpt1_attn_fwd,
-                       lib.gpt1_attn_bwd, lib.gpt1_softmax_rows, lib.gpt1_add_layer_norm_fwd):
-                fn.restype = None
-            lib.gpt1_add_layer_norm_bwd.restype = i32
-            _state["lib"] = lib
-    loaded = _state["lib"]
-    return loaded if isinstance(loaded, ctypes.CDLL) else None
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Run the torch reference path inside the block (benchmarks, tests)."""
-    before = _state["enabled"]
-    _state["enabled"] = False
-    try:
-        yield
-    finally:
-        _state["enabled"] = before
 
 
 def usable(*tensors: torch.Tensor) -> bool:

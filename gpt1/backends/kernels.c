@@ -1,5 +1,5 @@
-/* Fused CPU kernels for the training step (loaded by gpt1/cpu_kernels.py, which also holds
- * the torch reference of every function here; tests/unit/test_cpu_kernels.py compares them).
+/* Fused CPU kernels for the training step (loaded by gpt1/backends/native.py; gpt1/backends/kernels.py holds
+ * the torch reference of every function here; tests/unit/test_kernels.py compares them).
  *
  * Eager PyTorch runs each elementwise op as its own pass over memory; in a bf16 training step
  * on 2 cores those passes (dropout masks from a per-element generator, tanh-GELU and its
@@ -10,7 +10,7 @@
  * function of the seed, so backward regenerates it instead of storing it, any thread split
  * gives the same mask, and the torch reference reproduces it bit for bit.
  *
- * Built with -O3 -march=native (auto-vectorised) by gpt1/cpu_kernels.py; no OpenMP (its
+ * Built with -O3 -march=native (auto-vectorised) by gpt1/backends/native.py; no OpenMP (its
  * spinning threads would compete with torch's), a call splits rows over pthreads.
  */
 #include <math.h>
