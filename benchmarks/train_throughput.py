@@ -153,7 +153,7 @@ def train_loss(
         batch = stream[step * tokens_per_batch : (step + 1) * tokens_per_batch]
         batch = batch.view(batch_seqs, T + 1).to(device)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step + 1, steps, steps // 10, lr_max, "cosine")
+            group["lr"] = lr_at(step, steps, steps // 10, lr_max, "cosine")  # t before increment
         torch.manual_seed(step)
         with autocast_for(precision, device):
             loss = loss_of(batch)

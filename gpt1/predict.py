@@ -20,8 +20,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from gpt1 import bpe, checkpoint
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
+from gpt1.finetune import infer
+from gpt1.heads import TaskModel
+from gpt1.tasks import formats
+from gpt1.tasks.registry import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +58,6 @@ def run(args: argparse.Namespace, params: Params) -> None:
 def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
                     kind: str, tok: Any) -> None:
     """Write a fine-tuned TaskModel with what `load_task_model` needs to rebuild it."""
-    from gpt1 import checkpoint
 
     meta = {"kind": kind, "task": task, "vocab_size": tok.vocab_size,
             "tokenizer_hash": tok.hash, "params": params.as_dict()}
@@ -63,9 +67,6 @@ def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params,
 def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
                     ) -> tuple[Any, Any, Any, Params]:
     """(TaskModel in eval mode, tokenizer, task spec, the params it was trained with)."""
-    from gpt1 import bpe, checkpoint
-    from gpt1.heads import TaskModel
-    from gpt1.tasks.registry import TASKS
 
     tok = bpe.load_bpe(tokenizer_dir)
     meta_path = Path(model_dir) / checkpoint.MODEL_META
@@ -89,8 +90,6 @@ def classify(model: Any, tok: Any, spec: Any, params: Params,
              rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of text_a / text_b / choices -> [{"label", "probabilities"}] (regression tasks:
     {"score"}), laid out and truncated exactly as in fine-tuning."""
-    from gpt1.finetune import infer
-    from gpt1.tasks import formats
 
     table = pd.DataFrame({
         "id": [str(i) for i in range(len(rows))], "group": [""] * len(rows),
