@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+import gpt1
 from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
 from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
@@ -138,10 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_stage(name: str, params_path: str, **kwargs: Any) -> Any:
+def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
+    """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import stages
+
+    stages.start_clock(started)
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])
     return fn(params, **kwargs)
@@ -161,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in TOOLS:
         tool = importlib.import_module(TOOLS[args.command])
         return guarded(args.command, lambda: tool.run(args, load_params(args.params)))
-    return guarded(args.command, lambda: run_stage(args.command, args.params, **kwargs))
+    return guarded(args.command,
+                   lambda: run_stage(args.command, args.params, gpt1.STARTED, **kwargs))
 
 
 # OS errors that are the environment's, not a bug: said in one line naming the file.

@@ -936,6 +936,41 @@ def _provenance(params: Params, metrics: Metrics) -> list[str]:
     return lines
 
 
+# Pipeline order of the stage records (a record's stem starts with its stage's prefix).
+_STAGE_ORDER = ("download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",
+                "pretrain_lstm", "pretrain", "prepare_task", "finetune", "layers", "zeroshot")
+
+
+def _stage_rank(stem: str) -> tuple[int, str]:
+    ranks = [i for i, p in enumerate(_STAGE_ORDER) if stem == p or stem.startswith(p + "_")]
+    return (min(ranks) if ranks else len(_STAGE_ORDER), stem)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(round(seconds % 60)):02d}"
+
+
+def wall_times(metrics: Metrics) -> list[str]:
+    """The wall time of every stage record that carries one (sidecar `wall_seconds`: from the
+    stage's process start to its record; gpt1.stages.write_metrics), in pipeline order, and
+    their sum; the stages without one are named."""
+    timed = sorted((s for s, m in metrics.items() if isinstance(m.get("wall_seconds"), (int, float))),
+                   key=_stage_rank)
+    if not timed:
+        return []
+    total = sum(float(metrics[s]["wall_seconds"]) for s in timed)
+    lines = ["| stage record | wall (m:ss) | seconds |", "|---|---:|---:|"]
+    lines += [f"| {s} | {_minutes(metrics[s]['wall_seconds'])} | {metrics[s]['wall_seconds']:.1f} |"
+              for s in timed]
+    lines += [f"| **sum** | **{_minutes(total)}** | {total:.1f} |", ""]
+    untimed = sorted(set(metrics) - set(timed), key=_stage_rank)
+    lines.append("Each stage's process, from start to its record (imports included); DVC's own "
+                 "bookkeeping between stages and the untimed `scan_mirror` and `report` stages "
+                 "are outside the sum." + (f" Records without a wall time: {', '.join(untimed)}."
+                                           if untimed else ""))
+    return lines
+
+
 def split_kind(source: str) -> str:
     """A task's reported split, in words: official test, official dev, or carved out."""
     text = source.lower()
@@ -980,6 +1015,14 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
         + ".", ""]
 
 
+# The command that regenerates each preset's report from a fresh clone (README, "Presets").
+REGENERATE = {
+    "demo": "dvc repro",
+    "study": "cp configs/cpu-study.yaml params.yaml && dvc exp run -n study",
+    "paper": "cp configs/paper.yaml params.yaml && dvc exp run -n paper",
+}
+
+
 def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name: str,
                  expected_hashes: Mapping[str, str]) -> str:
     """The markdown report (deterministic: same metrics and params, same text).
@@ -996,7 +1039,9 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     seeds = sorted({len(next(iter(m["scores"].values())).get("per_seed", [0]))
                     for m in full.values() if m["scores"]})
     out = [
-        "# GPT-1 reproduction: results", "", *banner(params, metrics),
+        "# GPT-1 reproduction: results", "",
+        f"Regenerate from a fresh clone (after `bash setup.sh && source .venv/bin/activate`): "
+        f"`{REGENERATE[params.report.preset]}`.", "", *banner(params, metrics),
         f"Config hash `{config_hash}` (sha256 of the params, first 12 hex digits).", "",
         "Each table names the split each task is scored on (official test, official dev, or a "
         "seeded carve-out where the mirror lacks it), after model selection on a separate dev "
@@ -1044,6 +1089,9 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
             f"Splits carved out of another file (seeded; gpt1/tasks/registry.py): "
             f"{_carved(full)}.", "", *_splits_section(metrics), ""]
     out += ["## Data provenance", "", *_provenance(params, metrics), ""]
+    times = wall_times(metrics)
+    if times:
+        out += ["## Stage wall times", "", *times, ""]
     return "\n".join(out)
 
 

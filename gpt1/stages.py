@@ -37,6 +37,15 @@ from gpt1.train import autocast_for, resolve_precision
 log = logging.getLogger(__name__)
 
 
+_clock: dict[str, float] = {}
+
+
+def start_clock(at: float | None = None) -> None:
+    """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
+    sidecar of every record written after it carries `wall_seconds` since then."""
+    _clock["start"] = time.perf_counter() if at is None else at
+
+
 def write_metrics(params: Params, stage: str, metrics: dict[str, Any],
                   scores: tuple[str, ...]) -> Path:
     """Write the stage's record as two files: `<stage>.json` with the `scores` keys only (the
@@ -46,6 +55,8 @@ def write_metrics(params: Params, stage: str, metrics: dict[str, Any],
     """
     path = Path(params.paths.metrics) / f"{stage}.json"
     info = {k: v for k, v in metrics.items() if k not in scores}
+    if "start" in _clock:
+        info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
     atomic.write_json(path.with_name(stage + rep.INFO_SUFFIX),
                       {**info, "config_hash": params.digest()})
     atomic.write_json(path, {k: metrics[k] for k in scores})

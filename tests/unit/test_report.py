@@ -88,7 +88,8 @@ def fixture_metrics(root: Path) -> Path:
                 for n, task in enumerate(["sst2", "cola", "race", "dprd"])}}
             for j, step in enumerate([1, 10, 100, 1000])]}
     files["pretrain"] = {"steps": 732, "tokens": 2998272, "val_ppl": 294.4, "val_loss": 5.68,
-                         "config_hash": "fixture0hash"}
+                         "config_hash": "fixture0hash", "wall_seconds": 725.4}
+    files["finetune_cola"]["wall_seconds"] = 61.0
     files["train_bpe"] = {"vocab_size": 8003, "config_hash": "fixture0hash"}
     files["download_corpus"] = {"source": "mirror", "files": 113, "bytes": 74775519,
                                 "config_hash": "0ld0hash"}  # listed as stale
@@ -381,3 +382,41 @@ def test_read_metrics_merges_each_sidecar_under_its_scores(tmp_path: Path) -> No
     (tmp_path / "pretrain.info.json").write_text("{broken")
     with pytest.raises(report.Gpt1Error, match="pretrain.info.json"):
         report.read_metrics(tmp_path)
+
+
+def test_wall_times_are_listed_in_pipeline_order_with_their_sum() -> None:
+    metrics = {"finetune_sst2": {"wall_seconds": 90.0}, "layers_mnli_0": {"wall_seconds": 5.5},
+               "pretrain": {"wall_seconds": 600.0}, "pretrain_lstm": {"wall_seconds": 30.0},
+               "train_bpe": {"vocab_size": 8003}}
+    lines = report.wall_times(metrics)
+    rows = [line.split("|")[1].strip() for line in lines if line.startswith("| ")]
+    assert rows == ["stage record", "pretrain_lstm", "pretrain", "finetune_sst2",
+                    "layers_mnli_0", "**sum**"]
+    assert "| **sum** | **12:06** | 725.5 |" in lines
+    assert lines[-1].endswith("Records without a wall time: train_bpe.")
+    assert report.wall_times({"pretrain": {"val_ppl": 3.0}}) == []
+
+
+def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_path: Path
+                                                               ) -> None:
+    for preset, command in (("demo", "`dvc repro`"),
+                            ("study", "`cp configs/cpu-study.yaml params.yaml && dvc exp run")):
+        params = make_params({"report": {"preset": preset}})
+        text = report.build_report(params, {}, "h", "figure2.png", {})
+        assert command in text.splitlines()[2], preset
+
+
+def test_a_stage_record_carries_its_wall_time_from_the_stage_clock(
+        make_params, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from gpt1 import stages
+    params = make_params({})
+    monkeypatch.setattr(stages, "_clock", {})
+    stages.write_metrics(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))
+    stages.start_clock(time.perf_counter() - 5.0)  # the process started 5 s ago
+    stages.write_metrics(params, "clocked", {"rows": 3, "n": 1}, ("rows",))
+    metrics = report.read_metrics(params.paths.metrics)
+    assert "wall_seconds" not in metrics["unclocked"]
+    assert 5.0 <= metrics["clocked"]["wall_seconds"] < 60.0
+    assert json.loads((Path(params.paths.metrics) / "clocked.json").read_text()) == {"rows": 3}
