@@ -23,8 +23,29 @@ def _raw() -> dict:
 def test_presets_load() -> None:
     demo = load_params(REPO / "params.yaml")
     paper = load_params(REPO / "configs" / "paper.yaml")
-    assert demo.model.arch == paper.model.arch == "gpt1"
-    assert demo.digest() != paper.digest()
+    study = load_params(REPO / "configs" / "cpu-study.yaml")
+    assert demo.model.arch == paper.model.arch == study.model.arch == "gpt1"
+    assert len({demo.digest(), paper.digest(), study.digest()}) == 3
+    assert [p.report.preset for p in (demo, study, paper)] == ["demo", "study", "paper"]
+
+
+def test_every_preset_has_the_demo_keys() -> None:
+    """A preset is the demo's file with values changed: same sections, same keys (a preset
+    that drifted behind params.yaml fails here, not an hour into a run)."""
+    def keys(tree: dict, prefix: str = "") -> set[str]:
+        out = set()
+        for k, v in tree.items():
+            out.add(prefix + k)
+            if isinstance(v, dict) and k not in {"overrides", "presets", "paper", "columns",
+                                                 "paper_ablations", "norm", "glue",
+                                                 "truncation_overrides", "dev_examples",
+                                                 "row_labels", "paper_figure2"}:
+                out |= keys(v, prefix + k + ".")
+        return out
+    demo = keys(_raw())
+    for name in ("cpu-study.yaml", "paper.yaml"):
+        other = keys(yaml.safe_load((REPO / "configs" / name).read_text()))
+        assert other == demo, (name, sorted(other ^ demo))
 
 
 def test_unknown_key_named_with_suggestion() -> None:
