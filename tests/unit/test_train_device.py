@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gpt1 import train as train_mod
+from gpt1.backends import kernels_of
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
 from gpt1.train import (
@@ -130,6 +131,21 @@ def test_compiled_pretrain_matches_eager(make_params, tmp_path, caplog):
     assert len(losses[True]) == 3
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # it did compile
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
+
+
+def test_the_gpu_recipe_trains_on_cpu_through_the_torch_backend(make_params, tmp_path):
+    """What a GPU worker runs (gpt1/model.py as written: SDPA attention with dropout_p, torch's
+    dropout, bf16 autocast, torch.compile, the no-sync NaN watch), run on CPU: where no GPU is
+    lent, this is the CUDA code path's check short of the device itself."""
+    torch._dynamo.reset()
+    params = make_params({"pretrain": {"precision": "bf16", "compile": True,
+                                       "max_tokens": 12800, "lr_max": 3e-3}})
+    model = GPT(params.model, VOCAB)
+    assert kernels_of(model) == "torch" and params.model.attn_pdrop > 0
+    metrics = _run(params, tmp_path / "run")
+    assert metrics["precision"] == "bf16"
+    history = metrics["history"]
+    assert history[-1]["val_loss"] < history[0]["val_loss"] - 0.5
 
 
 @pytest.mark.gpu
