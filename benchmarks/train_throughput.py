@@ -4,11 +4,12 @@ One training step = forward, backward, gradient clipping, optimizer step, at the
 from the same weights, in the same process, alternating between the variants (ours / theirs x
 fp32 / bf16 autocast x eager / torch.compile) round by round so that load from other processes
 hits all of them alike; the median step time of each is reported, and the ratio of each side
-in its fastest variant. Both sides use fused AdamW (transformers' Trainer default on
-torch >= 2.8) with weight decay on rank > 1 tensors; torch.compile wraps the model (ours: the
-loss module), not the optimizer. Then our fastest precision and our fp32 each train
---loss-steps steps from the same init on the same (synthetic, learnable) data with the same
-dropout seeds, and their held-out losses are compared.
+in its fastest variant, with that ratio's spread round by round (the measurement's noise).
+Both sides use fused AdamW (transformers' Trainer default on torch >= 2.8) with weight decay
+on rank > 1 tensors; torch.compile wraps the model (ours: the loss module), not the optimizer.
+Then our fastest precision and our fp32 each train --loss-steps steps from the same init on the
+same (synthetic, learnable) data with the same dropout seeds, and their held-out losses are
+compared.
 
 --device cpu (default): the bench config (6 layers, 384 d, 6 heads, context 256, vocab 16,384,
 batch 8, 2 threads). --device cuda: the paper config (12 layers, 768 d, 12 heads, context 512,
@@ -117,7 +118,8 @@ Variant = tuple[str, str, str]  # (side, precision, mode)
 
 
 def time_steps(rounds: int, batch: torch.Tensor, ours: GPT, theirs: torch.nn.Module,
-               modes: list[str]) -> dict[Variant, float]:
+               modes: list[str]) -> dict[Variant, list[float]]:
+    """Each variant's step time (s) in each round, rounds in order."""
     variants = {
         (side, prec, mode): step_fn(side, model, prec, mode)
         for side, model in (("ours", ours), ("transformers", theirs))
@@ -137,7 +139,7 @@ def time_steps(rounds: int, batch: torch.Tensor, ours: GPT, theirs: torch.nn.Mod
             start = time.perf_counter()
             variants[key](batch)
             times[key].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
 def train_loss(
@@ -203,8 +205,10 @@ def main() -> None:
           f"{torch.get_num_threads()}), our kernels: {kernels}; {fpt / 1e6:.1f} MFLOP/token "
           f"(fwd+bwd matmuls)" + (f"; bf16 peak {peak / 1e12:.0f} TFLOP/s" if peak else ""))
     batch = stream[: batch_seqs * (T + 1)].view(batch_seqs, T + 1).to(device)
-    medians = time_steps(args.rounds, batch, ours.train(), theirs.train(), modes)
+    times = time_steps(args.rounds, batch, ours.train(), theirs.train(), modes)
+    medians = {k: statistics.median(v) for k, v in times.items()}
     report_times(medians, batch_seqs * T, fpt, peak)
+    report_spread(times, medians)
     if args.loss_steps:
         check_loss(ours, init, stream, args.loss_steps, args.lr_max, batch_seqs,
                    min((sec, prec) for (s, prec, _), sec in medians.items() if s == "ours")[1])
@@ -231,6 +235,17 @@ def report_times(medians: dict[Variant, float], tokens: int, fpt: float, peak: f
     if eager and best["transformers"][0] < min(eager):
         print(f"note: transformers' fastest ({best['transformers'][1]}) beats our fastest eager "
               f"variant by {min(eager) / best['transformers'][0]:.2f}x")
+
+
+def report_spread(times: dict[Variant, list[float]], medians: dict[Variant, float]) -> None:
+    """The ratio of the two fastest variants (by median) round by round: both ran within
+    seconds of each other in each round, so its spread is the measurement's own noise."""
+    fastest = {side: min((sec, key) for key, sec in medians.items() if key[0] == side)[1]
+               for side in ("ours", "transformers")}
+    ratios = sorted(t / o for o, t in zip(times[fastest["ours"]], times[fastest["transformers"]],
+                                          strict=True))
+    print(f"ratio of the fastest variants round by round ({len(ratios)} rounds): min "
+          f"{ratios[0]:.2f}x, median {statistics.median(ratios):.2f}x, max {ratios[-1]:.2f}x")
 
 
 def check_loss(ours: GPT, init: dict[str, torch.Tensor], stream: torch.Tensor, steps: int,
