@@ -12,12 +12,15 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpt1 import atomic
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.tasks.registry import TASKS, Origin
+from gpt1.tasks.registry import TASKS, Origin, TaskSpec
+
+if TYPE_CHECKING:  # the fine-tuning module imports torch; a record needs only its fields
+    from gpt1.finetune import Hparams
 
 Metrics = dict[str, dict[str, Any]]
 """Record stem (e.g. finetune_cola) -> the record, scores and sidecar merged."""
@@ -51,6 +54,36 @@ def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
     atomic.write_json(info_path, {**info, "config_hash": params.digest()})
     atomic.write_json(path, {k: metrics[k] for k in scores})
     return path, info_path
+
+
+def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: str,
+                    result: dict[str, Any], sample: dict[str, str], out_dir: Path
+                    ) -> dict[str, Any]:
+    """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
+    baselines, predictions (per-seed files it bootstraps), eval_split, scored_on, origins,
+    n_train, n_eval; plus provenance of splits, truncation and speed). `hp` = the run's resolved
+    fine-tuning hyperparameters (seeds, lm_coef), `sample` = split -> how it was sampled."""
+    ft = params.finetune
+    return {
+        "task": spec.name, "variant": variant, "metric": spec.metric,
+        "scores": result["scores"], "baselines": result["baselines"],
+        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
+                                for s in hp.seeds]
+                        for split, prefix in (("test", ""), ("dev", "dev_"))},
+        "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
+                       f"dev = {spec.sources['dev']}{sample['dev']}"),
+        "scored_on": f"{spec.sources['test']}{sample['test']}", "origins": dict(spec.origins),
+        "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
+        "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
+        "truncated": result["truncated"], "truncation": params.tasks.truncation,
+        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "kernels": result["kernels"],
+        "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
+        "best_epoch": [r["best_epoch"] for r in result["seeds"]],
+        "train_examples_per_s": round(sum(r["train_examples_per_s"]
+                                          for r in result["seeds"]) / len(result["seeds"]), 1),
+        "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
+                                         for r in result["seeds"]) / len(result["seeds"]), 1),
+    }
 
 
 def _read_json(path: Path) -> Any:

@@ -276,40 +276,12 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         if save is not None:
             _log_model(params, model_dir, kind, spec)
         atomic.write_json(out_dir / "result.json", result)
-        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample, out_dir)
+        metrics = records.finetune_record(params, spec, hp, kind, variant, result, sample,
+                                           out_dir)
         record(params, f"finetune_{suffix}", metrics, ("scores",), summary=metrics)
     log.info("%s %s: %s = %.4f", variant, task, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
-
-
-def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: str,
-                      result: dict[str, Any], sample: dict[str, str], out_dir: Path
-                      ) -> dict[str, Any]:
-    """The metrics JSON of one fine-tuning run (interfaces: task, variant, metric, scores,
-    baselines, predictions (per-seed files the report bootstraps), eval_split, n_train, n_eval;
-    plus provenance of splits, truncation and speed)."""
-    ft = params.finetune
-    return {
-        "task": spec.name, "variant": variant, "metric": spec.metric,
-        "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
-                                for s in hp.seeds]
-                        for split, prefix in (("test", ""), ("dev", "dev_"))},
-        "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
-                       f"dev = {spec.sources['dev']}{sample['dev']}"),
-        "scored_on": f"{spec.sources['test']}{sample['test']}", "origins": dict(spec.origins),
-        "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
-        "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
-        "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "kernels": result["kernels"],
-        "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
-        "best_epoch": [r["best_epoch"] for r in result["seeds"]],
-        "train_examples_per_s": round(sum(r["train_examples_per_s"]
-                                          for r in result["seeds"]) / len(result["seeds"]), 1),
-        "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
-                                         for r in result["seeds"]) / len(result["seeds"]), 1),
-    }
 
 
 # ------------------------------------- ablations, Figure 2 and the report (owner: REPORT)

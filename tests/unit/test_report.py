@@ -441,3 +441,16 @@ def test_a_stage_record_carries_its_wall_time_from_the_stage_clock(
     assert "wall_seconds" not in metrics["unclocked"]
     assert 5.0 <= metrics["clocked"]["wall_seconds"] < 60.0
     assert json.loads((Path(params.paths.metrics) / "clocked.json").read_text()) == {"rows": 3}
+
+
+def test_a_record_without_origins_or_scored_on_reads_them_from_the_registry_and_eval_split(
+) -> None:
+    old = {"task": "rte", "eval_split": "test = RTE/dev.tsv: official GLUE dev (277); test "
+           "unlabelled (all 277); epoch selected on dev = carved (seeded) from RTE/train.tsv"}
+    assert records.split_origins(old) == {"train": "official train", "dev": "carved",
+                                          "test": "official dev"}
+    assert records.scored_on(old) == "RTE/dev.tsv: official GLUE dev (277)"
+    new = {**old, "origins": {"test": "carved"}, "scored_on": "part of RTE/dev.tsv"}
+    assert records.split_origins(new) == {"test": "carved"}
+    assert records.scored_on(new) == "part of RTE/dev.tsv"
+    assert records.scored_on({"task": "rte"}) is None
