@@ -99,7 +99,7 @@ def _minutes(seconds: float) -> str:
 
 def wall_times(metrics: Metrics) -> list[str]:
     """The wall time of every stage record that carries one (sidecar `wall_seconds`: from the
-    stage's process start to its record; gpt1.stages.write_metrics), in pipeline order, and
+    stage's process start to its record; gpt1.records.write_metrics), in pipeline order, and
     their sum; the stages without one are named."""
     timed = sorted((s for s, m in metrics.items()
                     if isinstance(m.get("wall_seconds"), (int, float))), key=_stage_rank)
