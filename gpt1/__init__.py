@@ -6,4 +6,4 @@ __version__ = "0.1.0"
 
 STARTED = _time.perf_counter()
 """When this process imported gpt1: a `python -m gpt1 <stage>` stage's wall time (the sidecar's
-`wall_seconds`, gpt1.stages.write_metrics) counts from here, imports included."""
+`wall_seconds`, gpt1.records.write_metrics) counts from here, imports included."""

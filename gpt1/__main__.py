@@ -143,9 +143,9 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
     """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
-    from gpt1 import stages
+    from gpt1 import records, stages
 
-    stages.start_clock(started)
+    records.start_clock(started)
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])
     return fn(params, **kwargs)

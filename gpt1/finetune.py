@@ -28,12 +28,12 @@ from torch import nn
 from gpt1 import atomic
 from gpt1.backends import kernels_of
 from gpt1.config import Params
-from gpt1.evaluate import aggregate, baselines, predict, score_split
 from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.model import GPT, transfer_weights
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import progress
+from gpt1.scoring import aggregate, baselines, predict, score_split
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
 from gpt1.train import autocast_for, resolve_precision, step_values, train_step

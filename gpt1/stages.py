@@ -12,24 +12,25 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
-from gpt1 import atomic, bpe, checkpoint, predict, tracking, train
-from gpt1 import report as rep
+from gpt1 import atomic, bpe, checkpoint, predict, records, tracking, train
 from gpt1 import zeroshot as zs
 from gpt1.backends import kernels_of
 from gpt1.config import Params, parse_params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
-from gpt1.evaluate import aggregate
 from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
 from gpt1.progress import progress
+from gpt1.report import document
+from gpt1.scoring import aggregate
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
 from gpt1.train import autocast_for, resolve_precision
@@ -37,41 +38,21 @@ from gpt1.train import autocast_for, resolve_precision
 log = logging.getLogger(__name__)
 
 
-_clock: dict[str, float] = {}
-
-
-def start_clock(at: float | None = None) -> None:
-    """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
-    sidecar of every record written after it carries `wall_seconds` since then."""
-    _clock["start"] = time.perf_counter() if at is None else at
-
-
-def write_metrics(params: Params, stage: str, metrics: dict[str, Any],
-                  scores: tuple[str, ...]) -> Path:
-    """Write the stage's record as two files: `<stage>.json` with the `scores` keys only (the
-    DVC metric, so `dvc metrics show/diff` carry scores and nothing that changes on a re-run
-    with the same outputs) and the sidecar `<stage>.info.json` with the rest (throughput,
-    splits, citations, counts) plus params provenance. gpt1.report.read_metrics merges them.
-    """
-    path = Path(params.paths.metrics) / f"{stage}.json"
-    info = {k: v for k, v in metrics.items() if k not in scores}
-    if "start" in _clock:
-        info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
-    atomic.write_json(path.with_name(stage + rep.INFO_SUFFIX),
-                      {**info, "config_hash": params.digest()})
-    atomic.write_json(path, {k: metrics[k] for k in scores})
-    return path
+def record(params: Params, stage: str, metrics: dict[str, Any], scores: tuple[str, ...],
+           summary: Mapping[str, Any] | None = None) -> None:
+    """Write the stage's record (gpt1.records) and log it on the open MLflow run: `summary`
+    (default: the scores) and both files of the record."""
+    paths = records.write_metrics(params, stage, metrics, scores)
+    tracking.log_summary({k: metrics[k] for k in scores} if summary is None else summary)
+    for path in paths:
+        tracking.log_artifact(path)
 
 
 def _record(params: Params, stage: str, metrics: dict[str, Any], scores: tuple[str, ...]
             ) -> None:
-    """write_metrics for a stage that logs nothing while it works: its MLflow run gets the
-    scores and both files."""
+    """`record` for a stage that logs nothing while it works, in its own MLflow run."""
     with tracking.start_run(stage, params):
-        path = write_metrics(params, stage, metrics, scores)
-        tracking.log_summary({k: metrics[k] for k in scores})
-        tracking.log_artifact(path)
-        tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
+        record(params, stage, metrics, scores)
 
 
 def _read_corpus(params: Params) -> Any:
@@ -123,7 +104,7 @@ def check_corpus(params: Params) -> dict[str, Any]:
         tracking.log_artifact(Path(params.paths.data_docs) / "corpus", "data_docs")
         metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed",
                                           "data_docs")}
-        write_metrics(params, "check_corpus", metrics, ("failed",))
+        records.write_metrics(params, "check_corpus", metrics, ("failed",))
     if not report["success"]:
         raise Gpt1Error(f"{checks.summarize(report)} (Data Docs {report['data_docs']})",
                         params.paths.corpus_checks)
@@ -192,9 +173,7 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
             _log_model(params, run_dir, kind, None)
-            path = write_metrics(params, stage, metrics, ("val_loss", "val_ppl"))
-            tracking.log_artifact(path)
-            tracking.log_artifact(path.with_name(stage + rep.INFO_SUFFIX))
+            record(params, stage, metrics, ("val_loss", "val_ppl"), summary={})
     return metrics
 
 
@@ -241,7 +220,7 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     metrics = {"task": task, "source": "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                "checks_passed": all(r["success"] for r in report.values())}
-    write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
+    records.write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
     log.info("%s: %s", task, metrics["rows"])
     return metrics
 
@@ -297,42 +276,12 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         if save is not None:
             _log_model(params, model_dir, kind, spec)
         atomic.write_json(out_dir / "result.json", result)
-        metrics = _finetune_metrics(params, spec, hp, kind, variant, result, sample, out_dir)
-        path = write_metrics(params, f"finetune_{suffix}", metrics, ("scores",))
-        tracking.log_summary(metrics)
-        tracking.log_artifact(path)
-        tracking.log_artifact(path.with_name(f"finetune_{suffix}{rep.INFO_SUFFIX}"))
+        metrics = records.finetune_record(params, spec, hp, kind, variant, result, sample,
+                                           out_dir)
+        record(params, f"finetune_{suffix}", metrics, ("scores",), summary=metrics)
     log.info("%s %s: %s = %.4f", variant, task, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
-
-
-def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: str,
-                      result: dict[str, Any], sample: dict[str, str], out_dir: Path
-                      ) -> dict[str, Any]:
-    """The metrics JSON of one fine-tuning run (interfaces: task, variant, metric, scores,
-    baselines, predictions (per-seed files the report bootstraps), eval_split, n_train, n_eval;
-    plus provenance of splits, truncation and speed)."""
-    ft = params.finetune
-    return {
-        "task": spec.name, "variant": variant, "metric": spec.metric,
-        "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
-                                for s in hp.seeds]
-                        for split, prefix in (("test", ""), ("dev", "dev_"))},
-        "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
-                       f"dev = {spec.sources['dev']}{sample['dev']}"),
-        "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
-        "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
-        "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "kernels": result["kernels"],
-        "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
-        "best_epoch": [r["best_epoch"] for r in result["seeds"]],
-        "train_examples_per_s": round(sum(r["train_examples_per_s"]
-                                          for r in result["seeds"]) / len(result["seeds"]), 1),
-        "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
-                                         for r in result["seeds"]) / len(result["seeds"]), 1),
-    }
 
 
 # ------------------------------------- ablations, Figure 2 and the report (owner: REPORT)
@@ -411,7 +360,7 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
         "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
         "predictions": {"dev": inner["predictions"]["dev"]},
     }
-    write_metrics(params, f"layers_{task}_{layers}", metrics, ("scores",))
+    records.write_metrics(params, f"layers_{task}_{layers}", metrics, ("scores",))
     return metrics
 
 
@@ -465,16 +414,16 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
         "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
         "kernels": kernels_of(model),
     }
-    write_metrics(params, stage, metrics, ("final",))
+    records.write_metrics(params, stage, metrics, ("final",))
     return metrics
 
 
 def report(params: Params) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
-    metrics = rep.read_metrics(params.paths.metrics)
+    metrics = records.read_metrics(params.paths.metrics)
     expected = {f"finetune_{v}_{t}": ablation_params(params, v).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks}
-    paths = rep.write_outputs(params, metrics, expected)
+    paths = document.write_outputs(params, metrics, expected)
     with tracking.start_run("report", params):
         for path in paths.values():
             tracking.log_artifact(path, "report")

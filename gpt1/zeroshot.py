@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import matthews_corrcoef
 from torch import nn
 
 from gpt1.config import ZeroShotCfg, ZeroShotTask
 from gpt1.errors import Gpt1Error
 from gpt1.progress import progress
+from gpt1.scoring import score
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def fit_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
     if len(uniq) < 2:
         return float(uniq[0]) if len(uniq) else 0.0
     cands = (uniq[:-1] + uniq[1:]) / 2
-    mccs = [matthews_corrcoef(labels, (scores > t).astype(int)) for t in cands]
+    mccs = [score("mcc", labels, (scores > t).astype(int)) for t in cands]
     return float(cands[int(np.argmax(mccs))])
 
 
@@ -257,7 +257,7 @@ def predict_tasks(scorer: Scorer, data: ZeroShotData, n_ctx: int
 
 def scores_of(preds: Predictions, threshold: float | None) -> dict[str, float]:
     """Raw score per task (accuracy; MCC for CoLA) plus the CoLA threshold used."""
-    out = {t: float(matthews_corrcoef(y, p)) if t == "cola" else float(np.mean(p == y))
+    out = {t: score("mcc" if t == "cola" else "acc", y, p)
            for t, (y, p) in preds.items()}
     if threshold is not None:
         out["cola_threshold"] = threshold

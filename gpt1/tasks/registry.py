@@ -14,6 +14,9 @@ from typing import Literal
 
 Fmt = Literal["classify", "entail", "similarity", "choice"]
 Metric = Literal["acc", "f1", "mcc", "pearson", "spearman"]
+Origin = Literal["official train", "official dev", "official test", "held-out", "carved"]
+"""Where a canonical split comes from: an official split of the dataset (or a sample of one),
+a part of the official train held out in the mirror's files, or carved (seeded) by us."""
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 """Canonical splits: train = fitted, dev = model selection per epoch, test = reported."""
 
@@ -65,7 +68,13 @@ class TaskSpec:
     """Directory under <mirror>/tasks."""
     sources: dict[str, str]
     """Canonical split -> human-readable origin (goes into the metrics JSON eval_split)."""
+    origins: dict[str, Origin]
+    """Canonical split -> its origin as data (the report's split kinds and carve-outs)."""
     hub: HubSource
+
+    def origin(self, split: str) -> Origin:
+        """Where the canonical split `split` comes from."""
+        return self.origins[split]
 
     @property
     def n_choices(self) -> int:
@@ -94,6 +103,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "SNLI/train_subset_10k/dev.json (1,000-pair sample of SNLI train, disjoint)",
             "test": "SNLI/dev_csv/dev.csv: official SNLI dev (9,831 gold pairs); test missing",
         },
+        origins={"train": "official train", "dev": "held-out", "test": "official dev"},
         hub=HubSource(path="stanfordnlp/snli", name=None,
                       splits={"train": "train", "dev": "validation", "test": "test"},
                       fields={"text_a": "premise", "text_b": "hypothesis", "label": "label"}),
@@ -111,6 +121,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "MNLI/train_subset_10k/dev.json: 1,000 held-out pairs of MNLI TRAIN "
                     "(matched genres); official dev_matched/mismatched missing",
         },
+        origins={"train": "official train", "dev": "carved", "test": "held-out"},
         hub=HubSource(path="nyu-mll/glue", name="mnli",
                       splits={"train": "train", "test": "validation_matched"},
                       fields={"text_a": "premise", "text_b": "hypothesis", "label": "label"}),
@@ -124,6 +135,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "QNLI/glue_v1_dev_csv/dev.csv: official GLUE-v1 dev (5,732, the paper's "
                     "version); test unlabelled",
         },
+        origins={"train": "official train", "dev": "held-out", "test": "official dev"},
         hub=HubSource(path="nyu-mll/glue", name="qnli",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "question", "text_b": "sentence", "label": "label"}),
@@ -136,6 +148,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "carved (seeded) from RTE/train.tsv",
             "test": "RTE/dev.tsv: official GLUE dev (277); test unlabelled",
         },
+        origins={"train": "official train", "dev": "carved", "test": "official dev"},
         hub=HubSource(path="nyu-mll/glue", name="rte",
                       splits={"train": "train", "test": "validation"}, fields=_GLUE_PAIR),
     ),
@@ -148,6 +161,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "carved (seeded) part of SciTail/scitail_test.csv, the official test "
                     "(2,126); NOT comparable to the paper's full-test number",
         },
+        origins={"train": "carved", "dev": "carved", "test": "carved"},
         hub=HubSource(path="allenai/scitail", name="snli_format",
                       splits={"train": "train", "dev": "validation", "test": "test"},
                       fields={"text_a": "sentence1", "text_b": "sentence2",
@@ -162,6 +176,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "RACE/RACE/dev/{middle,high} (4,887 questions)",
             "test": "RACE/RACE/test/{middle,high} (4,934 questions, official test)",
         },
+        origins={"train": "official train", "dev": "official dev", "test": "official test"},
         hub=HubSource(path="ehovy/race", name="all",
                       splits={"train": "train", "dev": "validation", "test": "test"},
                       fields={"text_a": "article", "text_b": "question", "choices": "options",
@@ -177,6 +192,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "carved (seeded) from the 2016 val CSV (paper: 374 held out)",
             "test": "Story Cloze 2016 test CSV (1,871, official test)",
         },
+        origins={"train": "official dev", "dev": "carved", "test": "official test"},
         hub=HubSource(path="LSDSem/story_cloze", name="2016",
                       splits={"train": "validation", "test": "test"},
                       fields={"text_a": ("input_sentence_1", "input_sentence_2",
@@ -193,6 +209,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "carved (seeded) from msr_paraphrase_train.txt (GLUE's dev_ids.tsv missing)",
             "test": "MRPC/msr_paraphrase_test.txt (1,725, official labelled test)",
         },
+        origins={"train": "official train", "dev": "carved", "test": "official test"},
         hub=HubSource(path="nyu-mll/glue", name="mrpc",
                       splits={"train": "train", "test": "validation"},
                       fields=_GLUE_PAIR),
@@ -207,6 +224,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "QQP/train_subset_10k/dev.json: 1,000 held-out pairs of QQP TRAIN; "
                     "official dev/test missing",
         },
+        origins={"train": "official train", "dev": "carved", "test": "held-out"},
         hub=HubSource(path="nyu-mll/glue", name="qqp",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "question1", "text_b": "question2", "label": "label"}),
@@ -219,6 +237,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "STS-B/sts-dev.tsv (1,500)",
             "test": "STS-B/sts-test.tsv (1,379, official scored test)",
         },
+        origins={"train": "official train", "dev": "official dev", "test": "official test"},
         hub=HubSource(path="nyu-mll/glue", name="stsb",
                       splits={"train": "train", "test": "validation"}, fields=_GLUE_PAIR),
     ),
@@ -230,6 +249,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "dev": "carved (seeded) from SST-2/train.tsv",
             "test": "SST-2/dev.tsv: official GLUE dev (872); test unlabelled",
         },
+        origins={"train": "official train", "dev": "carved", "test": "official dev"},
         hub=HubSource(path="nyu-mll/glue", name="sst2",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "sentence", "label": "label"}),
@@ -243,6 +263,7 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "CoLA raw/in_domain_dev.tsv + raw/out_of_domain_dev.tsv = GLUE dev "
                     "(1,043); test hidden",
         },
+        origins={"train": "official train", "dev": "carved", "test": "official dev"},
         hub=HubSource(path="nyu-mll/glue", name="cola",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "sentence", "label": "label"}),

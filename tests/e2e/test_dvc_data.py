@@ -21,7 +21,7 @@ from data_fixtures import write_corpus
 
 from gpt1.bpe import load_bpe
 from gpt1.data.shards import read_shards
-from gpt1.report import read_metrics
+from gpt1.records import read_metrics
 
 pytestmark = pytest.mark.slow
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]

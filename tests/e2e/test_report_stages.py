@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpt1 import bpe, checkpoint, stages
-from gpt1.report import read_metrics
+from gpt1.records import read_metrics
 from gpt1.tasks.load import write_tables
 
 WORDS = "the a cat dog sat ran on mat good bad film very positive negative it he she".split()

@@ -18,7 +18,7 @@ from gpt1 import bpe, checkpoint, stages
 from gpt1.__main__ import guarded, main
 from gpt1.config import Params, ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
-from gpt1.report import read_metrics
+from gpt1.records import read_metrics
 from gpt1.tasks.load import load_task, validate_tables, write_tables
 from gpt1.tasks.registry import TASKS
 from tests.conftest import REPO, make_params_dict

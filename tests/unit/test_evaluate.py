@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpt1.evaluate import aggregate, predict, score, score_split
+from gpt1.scoring import aggregate, predict, score, score_split
 from gpt1.tasks.registry import TASKS
 
 

@@ -99,11 +99,11 @@ def test_update_t_runs_at_lr_of_t(make_params, tmp_path: Path) -> None:
 def test_scratch_row_lambda_is_stated_with_the_papers_wording(make_params) -> None:
     """(iii) The report states the from-scratch row's lambda (the preset's choice) beside the
     paper's own words, which do not fix it."""
-    from gpt1 import report
+    from gpt1.report import findings
 
     for lm_coef, shown in ((None, "λ = 0.5, our choice (as row 1"),
                            (0.0, "λ = 0.0, our choice (row 1 has λ = 0.5")):
         params = make_params({"ablations": {"presets": {"scratch": {"lm_coef": lm_coef}}}})
-        text = "\n".join(report.render_findings(params, {}, {}, {}))
+        text = "\n".join(findings.render_findings(params, {}, {}, {}))
         assert f"The from-scratch row's auxiliary LM weight is {shown}" in text
         assert "directly trained on supervised target tasks, without pre-training" in text

@@ -153,7 +153,7 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
 
     from gpt1 import bpe, stages
     from gpt1.data.clean import standardize_texts
-    from gpt1.report import read_metrics
+    from gpt1.records import read_metrics
 
     write_mirror(tmp_path / "mirror", rows=40)
     params = make_params({"finetune": {"init": "scratch", "epochs": 2, "seeds": [0, 1],

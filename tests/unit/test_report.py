@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 from spec_doc import sections, spec_text, table_rows
 
-from gpt1 import report
+from gpt1 import records, scoring
 from gpt1.config import load_params
+from gpt1.errors import Gpt1Error
+from gpt1.report import contrasts, document, figure2, findings, prose, tables
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "assets" / "report_golden.md"
@@ -42,10 +44,19 @@ def _entry(vals: list[float]) -> dict[str, Any]:
     return {"mean": sum(vals) / len(vals), "sd": 0.0, "per_seed": vals}
 
 
-def _split_text(task: str) -> str:
+def _test_text(task: str) -> str:
     test = "carved (seeded) part of the official test" if task == "scitail" else "official"
-    dev = "carved (seeded) from train" if task in ("mnli", "rte", "scitail") else "official"
-    return f"test = {test} {task} (fixture); epoch selected on dev = {dev}"
+    return f"{test} {task} (fixture)"
+
+
+def _dev_text(task: str) -> str:
+    return "carved (seeded) from train" if task in ("mnli", "rte", "scitail") else "official"
+
+
+def _origins(task: str) -> dict[str, str]:
+    return {"train": "official train",
+            "dev": "carved" if task in ("mnli", "rte", "scitail") else "official dev",
+            "test": "carved" if task == "scitail" else "official test"}
 
 
 def _task_json(task: str, variant: str, base: float, seeds: int) -> dict[str, Any]:
@@ -54,7 +65,8 @@ def _task_json(task: str, variant: str, base: float, seeds: int) -> dict[str, An
     out = {"task": task, "variant": variant, "metric": next(iter(scores)), "scores": scores,
            "baselines": {name: {"chance": 0.25 + 0.01 * j, "majority": 0.4 + 0.02 * j}
                          for j, name in enumerate(scores)},
-           "eval_split": _split_text(task), "n_train": 100, "n_eval": 50,
+           "eval_split": f"test = {_test_text(task)}; epoch selected on dev = {_dev_text(task)}",
+           "scored_on": _test_text(task), "origins": _origins(task), "n_train": 100, "n_eval": 50,
            "config_hash": "fixture0hash"}
     if task == "mnli":
         out["missing_scores"] = {"acc_mismatched": "MNLI dev_mismatched is not in the mirror"}
@@ -109,9 +121,9 @@ def fixture_params(make_params):
 
 def test_report_matches_golden(make_params, tmp_path: Path) -> None:
     params = fixture_params(make_params)
-    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
     expected = {f"finetune_no_aux_{t}": "fixture0hash" for t in TABLE_TASKS}
-    text = report.build_report(params, metrics, "fixture0hash", "figure2.png", expected)
+    text = document.build_report(params, metrics, "fixture0hash", "figure2.png", expected)
     if os.environ.get("GPT1_UPDATE_GOLDEN") == "1":  # regenerate, review the diff, commit
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "report differs from tests/assets/report_golden.md"
@@ -119,15 +131,15 @@ def test_report_matches_golden(make_params, tmp_path: Path) -> None:
 
 def test_table_cells_are_seed_statistics(make_params, tmp_path: Path) -> None:
     params = fixture_params(make_params)
-    metrics = report.read_metrics(fixture_metrics(tmp_path))
-    table = report.render_table("table4", params, report.variant_results(metrics, "full"))
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    table = tables.render_table("table4", params, records.variant_results(metrics, "full"))
     cola = metrics["finetune_cola"]["scores"]["mcc"]["per_seed"]
     mean = sum(cola) / 3
     sd = (sum((v - mean) ** 2 for v in cola) / 2) ** 0.5
     row = next(line for line in table.splitlines() if line.startswith("| CoLA |"))
     assert (f"| {100 * mean:.1f} ± {100 * sd:.1f} | n/a | 25.0 | 40.0 | {100 * mean - 45.4:+.1f}"
             " | 3 |") in row
-    mnli = report.column_cell(report.variant_results(metrics, "full"),
+    mnli = contrasts.column_cell(records.variant_results(metrics, "full"),
                               params.report.columns["MNLI"], params.report.glue)
     assert mnli.missing and "dev_mismatched" in mnli.missing[0]
     assert mnli.mean == pytest.approx(metrics["finetune_mnli"]["scores"]["acc_matched"]["mean"])
@@ -173,7 +185,7 @@ def test_paper_numbers_equal_spec(preset: str) -> None:
 def test_rendered_paper_column_equals_spec(make_params, tmp_path: Path) -> None:
     tasks, table5, _ = _paper_tables()
     params = fixture_params(make_params)
-    text = report.build_report(params, report.read_metrics(fixture_metrics(tmp_path)),
+    text = document.build_report(params, records.read_metrics(fixture_metrics(tmp_path)),
                                "h", "f.png", {})
     seen = 0
     for line in text.splitlines():
@@ -191,17 +203,17 @@ def test_rendered_paper_column_equals_spec(make_params, tmp_path: Path) -> None:
 
 def test_damaged_metrics_file_names_it(tmp_path: Path) -> None:
     (tmp_path / "finetune_cola.json").write_text("{not json")
-    with pytest.raises(report.Gpt1Error, match="finetune_cola.json"):
-        report.read_metrics(tmp_path)
+    with pytest.raises(Gpt1Error, match="finetune_cola.json"):
+        records.read_metrics(tmp_path)
 
 
 def test_figure2_has_both_panels_labels_legends_and_styles(tmp_path: Path) -> None:
     """D5: one figure, two labelled panels; a curve per task and split / task and model;
     log x on the right; Transformer solid, LSTM dashed."""
-    metrics = report.read_metrics(fixture_metrics(tmp_path))
-    left = report.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
-    right = report.zeroshot_curves(metrics)
-    fig = report.draw_figure2(left, right, 4)
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    left = figure2.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
+    right = figure2.zeroshot_curves(metrics)
+    fig = figure2.draw_figure2(left, right, 4)
     ax_l, ax_r = fig.axes
     assert ax_l.get_xlabel() and ax_l.get_ylabel() and ax_r.get_xlabel() and ax_r.get_ylabel()
     assert ax_r.get_xscale() == "log"
@@ -213,20 +225,20 @@ def test_figure2_has_both_panels_labels_legends_and_styles(tmp_path: Path) -> No
     assert lines["SST2 (LSTM)"].get_linestyle() == "--"
     assert list(lines["DPRD (LSTM)"].get_xdata()) == [1, 10, 100, 1000]
     png = tmp_path / "figure2.png"
-    report.plot_figure2(left, right, png, 50, 4)
+    figure2.plot_figure2(left, right, png, 50, 4)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_files_have_every_curve_column(tmp_path: Path) -> None:
-    metrics = report.read_metrics(fixture_metrics(tmp_path))
-    left = report.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
-    tables = report.plot_tables(left, report.zeroshot_curves(metrics),
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    left = figure2.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
+    tables = figure2.plot_tables(left, figure2.zeroshot_curves(metrics),
                                 ["sst2", "cola", "race", "dprd"])
     assert [r["layers"] for r in tables["figure2_left"]] == [0, 2, 4]
     assert tables["figure2_left"][2]["mnli_dev"] == pytest.approx(60.0)
     assert set(tables["zeroshot_lstm"][0]) == {"step", "log10_step", "sst2", "cola", "race",
                                                "dprd"}
-    empty = report.plot_tables({"mnli": {"dev": [], "train": []}}, {}, ["sst2"])
+    empty = figure2.plot_tables({"mnli": {"dev": [], "train": []}}, {}, ["sst2"])
     assert list(empty["zeroshot_transformer"][0]) == ["step", "log10_step", "sst2"]
 
 
@@ -237,8 +249,8 @@ def test_flat_noisy_zero_shot_curve_is_not_called_rising() -> None:
                                      (196, 0.06), (732, 0.01)]}}
     rising = {"transformer": {"sst2": [(1, 0.00), (4, 0.02), (14, 0.05), (52, 0.09),
                                        (196, 0.12), (732, 0.20)]}}
-    assert "does not rise" in report.compare_right(flat)
-    assert "the Transformer's zero-shot score trends upward" in report.compare_right(rising)
+    assert "does not rise" in prose.compare_right(flat)
+    assert "the Transformer's zero-shot score trends upward" in prose.compare_right(rising)
 
 
 def _table5_rows(text: str) -> dict[str, list[str]]:
@@ -256,17 +268,17 @@ def test_table5_avg_uses_identical_columns(make_params, tmp_path: Path) -> None:
     """S4: a row missing a cell (no_aux has no QQP) removes that column from EVERY row's Avg,
     the paper's included; adding an LSTM row with only CoLA and SST-2 shrinks the set again."""
     params = fixture_params(make_params)
-    metrics = report.read_metrics(fixture_metrics(tmp_path))
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
     cols = ["CoLA", "SST2", "MRPC", "STSB", "MNLI", "QNLI", "RTE"]
-    assert report.matched_columns(params, metrics) == cols
-    rows = _table5_rows(report.render_ablations(params, metrics) + "\n## Findings")
+    assert tables.matched_columns(params, metrics) == cols
+    rows = _table5_rows(tables.render_ablations(params, metrics) + "\n## Findings")
     cfg = params.report
     for variant, label in TABLE5_ROWS.items():
         if variant == "lstm":
             assert rows[f"{label}/ours"][0] == "n/a"  # not run: no Avg
             continue
-        res = report.variant_results(metrics, variant)
-        per_col = [np.mean(report._seed_mean(report.column_values(res, cfg.columns[c],
+        res = records.variant_results(metrics, variant)
+        per_col = [np.mean(contrasts.seed_mean(contrasts.column_values(res, cfg.columns[c],
                                                                   cfg.glue)[0])) for c in cols]
         assert rows[f"{label}/ours"][0].split(" ")[0] == f"{100 * np.mean(per_col):.1f}"
         paper = np.mean([cfg.paper_ablations[variant][c] for c in cols])
@@ -274,8 +286,8 @@ def test_table5_avg_uses_identical_columns(make_params, tmp_path: Path) -> None:
     for task in ("cola", "sst2"):
         (tmp_path / f"finetune_lstm_{task}.json").write_text(json.dumps(
             _task_json(task, "lstm", 0.2, 3)))
-    metrics = report.read_metrics(tmp_path)
-    assert report.matched_columns(params, metrics) == ["CoLA", "SST2"]
+    metrics = records.read_metrics(tmp_path)
+    assert tables.matched_columns(params, metrics) == ["CoLA", "SST2"]
 
 
 def _preds_json(root: Path, variant: str, task: str, correct: list[float], n: int
@@ -296,7 +308,7 @@ def _preds_json(root: Path, variant: str, task: str, correct: list[float], n: in
         paths.append(str(path))
     out = _task_json(task, variant, 0.0, len(correct))
     score = "mcc" if task == "cola" else "acc"
-    vals = [report.stats.metric(score, labels, pd.read_parquet(p)["prediction"].to_numpy())
+    vals = [scoring.score(score, labels, pd.read_parquet(p)["prediction"].to_numpy())
             for p in paths]
     out["scores"] = {score: {"mean": float(np.mean(vals)), "sd": 0.0, "per_seed": vals}}
     out["predictions"] = {"test": paths}
@@ -318,13 +330,13 @@ def test_finding_a_verdict_from_paired_bootstrap(make_params, tmp_path: Path, fu
         for task in ("sst2", "cola"):
             stem = "finetune_" + (task if variant == "full" else f"{variant}_{task}")
             metrics[stem] = _preds_json(tmp_path, variant, task, acc, 400)
-    line = report._finding_rows(params, metrics, "a", "pre-training helps", "full", "scratch")
+    line = findings._finding_rows(params, metrics, "a", "pre-training helps", "full", "scratch")
     assert f": {word}.**" in line
     avg = {v: np.mean([metrics[s]["scores"][k]["mean"] for s in metrics for k in
                        metrics[s]["scores"] if metrics[s]["variant"] == v])
            for v in ("full", "scratch")}
     assert f"= {100 * (avg['full'] - avg['scratch']):+.1f} points" in line
-    cols, ci, per_seed, _ = report._row_pair(params, metrics, "full", "scratch")
+    cols, ci, per_seed, _ = findings._row_pair(params, metrics, "full", "scratch")
     assert cols == ["CoLA", "SST2"] and ci is not None and len(per_seed) == 3
     assert ci.low <= ci.estimate <= ci.high
 
@@ -356,28 +368,28 @@ def test_finding_d_uses_the_bootstrap_over_zero_shot_examples(make_params, tmp_p
                                           {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400),
                "zeroshot_lstm": _zeroshot_json(tmp_path, "lstm",
                                                {1: 0.5, 10: 0.75, 100: 0.55, 1000: 0.7}, 400)}
-    gain = report.zeroshot_gain(params, metrics["zeroshot"])
+    gain = findings.zeroshot_gain(params, metrics["zeroshot"])
     assert gain is not None and gain.estimate == pytest.approx(0.3 / 0.432)
     assert 0 < gain.low < gain.estimate < gain.high
-    line = report._finding_zeroshot(params, metrics, report.zeroshot_curves(metrics))
+    line = findings._finding_zeroshot(params, metrics, figure2.zeroshot_curves(metrics))
     assert ": held.**" in line and "95 % CI" in line
     (tmp_path / "flat").mkdir()
     flat = {"zeroshot": _zeroshot_json(tmp_path / "flat", "transformer", {1: 0.6, 1000: 0.61},
                                        400)}
-    assert ": not held.**" in report._finding_zeroshot(params, flat,
-                                                       report.zeroshot_curves(flat))
+    assert ": not held.**" in findings._finding_zeroshot(params, flat,
+                                                       figure2.zeroshot_curves(flat))
     (tmp_path / "noisy").mkdir()  # +2 of 400 net, 80 examples flipped each way: CI spans 0
     flat = {"zeroshot": _zeroshot_json(tmp_path / "noisy", "transformer",
                                        {1: 0.6, 1000: 0.605}, 400, {1000: 40}),
             "zeroshot_lstm": metrics["zeroshot_lstm"]}  # the rougher LSTM
-    gain = report.zeroshot_gain(params, flat["zeroshot"])
+    gain = findings.zeroshot_gain(params, flat["zeroshot"])
     assert gain is not None and gain.low < 0 < gain.high
-    assert ": inconclusive.**" in report._finding_zeroshot(params, flat,
-                                                           report.zeroshot_curves(flat))
-    bands = report.zeroshot_bands(params, metrics)
+    assert ": inconclusive.**" in findings._finding_zeroshot(params, flat,
+                                                           figure2.zeroshot_curves(flat))
+    bands = figure2.zeroshot_bands(params, metrics)
     (step, low, high) = bands["transformer"]["sst2"][-1]
     assert step == 1000 and low < 0.3 / 0.432 < high
-    fig = report.draw_figure2({}, report.zeroshot_curves(metrics), 4,
+    fig = figure2.draw_figure2({}, figure2.zeroshot_curves(metrics), 4,
                               {"left": {}, "right": bands})
     assert len(fig.axes[1].collections) == 2  # one shaded band per curve
 def test_read_metrics_merges_each_sidecar_under_its_scores(tmp_path: Path) -> None:
@@ -385,26 +397,26 @@ def test_read_metrics_merges_each_sidecar_under_its_scores(tmp_path: Path) -> No
     (tmp_path / "finetune_cola.info.json").write_text(
         '{"eval_split": "test = x", "scores": "stale", "config_hash": "h"}')
     (tmp_path / "pretrain.json").write_text('{"val_ppl": 9.5}')  # no sidecar: scores alone
-    assert report.read_metrics(tmp_path) == {
+    assert records.read_metrics(tmp_path) == {
         "finetune_cola": {"eval_split": "test = x", "config_hash": "h",
                           "scores": {"mcc": {"mean": 0.4}}},
         "pretrain": {"val_ppl": 9.5}}
     (tmp_path / "pretrain.info.json").write_text("{broken")
-    with pytest.raises(report.Gpt1Error, match="pretrain.info.json"):
-        report.read_metrics(tmp_path)
+    with pytest.raises(Gpt1Error, match="pretrain.info.json"):
+        records.read_metrics(tmp_path)
 
 
 def test_wall_times_are_listed_in_pipeline_order_with_their_sum() -> None:
     metrics = {"finetune_sst2": {"wall_seconds": 90.0}, "layers_mnli_0": {"wall_seconds": 5.5},
                "pretrain": {"wall_seconds": 600.0}, "pretrain_lstm": {"wall_seconds": 30.0},
                "train_bpe": {"vocab_size": 8003}}
-    lines = report.wall_times(metrics)
+    lines = document.wall_times(metrics)
     rows = [line.split("|")[1].strip() for line in lines if line.startswith("| ")]
     assert rows == ["stage record", "pretrain", "pretrain_lstm", "finetune_sst2",
                     "layers_mnli_0", "**sum**"]
     assert "| **sum** | **12:06** | 725.5 |" in lines
     assert lines[-1].endswith("Records without a wall time: train_bpe.")
-    assert report.wall_times({"pretrain": {"val_ppl": 3.0}}) == []
+    assert document.wall_times({"pretrain": {"val_ppl": 3.0}}) == []
 
 
 def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_path: Path
@@ -412,7 +424,7 @@ def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_pa
     for preset, command in (("demo", "`dvc repro`"),
                             ("study", "`cp configs/cpu-study.yaml params.yaml && dvc exp run")):
         params = make_params({"report": {"preset": preset}})
-        text = report.build_report(params, {}, "h", "figure2.png", {})
+        text = document.build_report(params, {}, "h", "figure2.png", {})
         assert command in text.splitlines()[2], preset
 
 
@@ -420,13 +432,25 @@ def test_a_stage_record_carries_its_wall_time_from_the_stage_clock(
         make_params, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from gpt1 import stages
     params = make_params({})
-    monkeypatch.setattr(stages, "_clock", {})
-    stages.write_metrics(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))
-    stages.start_clock(time.perf_counter() - 5.0)  # the process started 5 s ago
-    stages.write_metrics(params, "clocked", {"rows": 3, "n": 1}, ("rows",))
-    metrics = report.read_metrics(params.paths.metrics)
+    monkeypatch.setattr(records, "_clock", {})
+    records.write_metrics(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))
+    records.start_clock(time.perf_counter() - 5.0)  # the process started 5 s ago
+    records.write_metrics(params, "clocked", {"rows": 3, "n": 1}, ("rows",))
+    metrics = records.read_metrics(params.paths.metrics)
     assert "wall_seconds" not in metrics["unclocked"]
     assert 5.0 <= metrics["clocked"]["wall_seconds"] < 60.0
     assert json.loads((Path(params.paths.metrics) / "clocked.json").read_text()) == {"rows": 3}
+
+
+def test_a_record_without_origins_or_scored_on_reads_them_from_the_registry_and_eval_split(
+) -> None:
+    old = {"task": "rte", "eval_split": "test = RTE/dev.tsv: official GLUE dev (277); test "
+           "unlabelled (all 277); epoch selected on dev = carved (seeded) from RTE/train.tsv"}
+    assert records.split_origins(old) == {"train": "official train", "dev": "carved",
+                                          "test": "official dev"}
+    assert records.scored_on(old) == "RTE/dev.tsv: official GLUE dev (277)"
+    new = {**old, "origins": {"test": "carved"}, "scored_on": "part of RTE/dev.tsv"}
+    assert records.split_origins(new) == {"test": "carved"}
+    assert records.scored_on(new) == "part of RTE/dev.tsv"
+    assert records.scored_on({"task": "rte"}) is None

@@ -47,3 +47,14 @@ def test_families_and_metrics_follow_the_paper() -> None:
 def test_unknown_task_lists_known_ones() -> None:
     with pytest.raises(KeyError, match="known: snli, mnli"):
         get_task("imdb")
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_split_has_an_origin_that_its_source_text_agrees_with(name: str) -> None:
+    spec = TASKS[name]
+    assert set(spec.origins) == set(SPLITS)
+    for split in SPLITS:
+        text = spec.sources[split]
+        assert (spec.origin(split) == "carved") == text.startswith("carved"), split
+        if spec.origin(split) == "held-out":
+            assert "held-out" in text or "sample of" in text, split

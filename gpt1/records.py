@@ -1,0 +1,130 @@
+"""Stage records: the files every stage writes under paths.metrics and the report reads.
+
+A record is two JSON files per stage: `<stage>.json` holds the scores only (the DVC metric, so
+`dvc metrics show/diff` carry nothing that changes on a re-run with the same outputs) and the
+sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and, once
+`start_clock` ran, `wall_seconds`. `read_metrics` merges the two back into one dict per stage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpt1 import atomic
+from gpt1.config import Params
+from gpt1.errors import Gpt1Error
+from gpt1.tasks.registry import TASKS, Origin, TaskSpec
+
+if TYPE_CHECKING:  # the fine-tuning module imports torch; a record needs only its fields
+    from gpt1.finetune import Hparams
+
+Metrics = dict[str, dict[str, Any]]
+"""Record stem (e.g. finetune_cola) -> the record, scores and sidecar merged."""
+
+INFO_SUFFIX = ".info.json"
+"""The sidecar beside a stage's scores file: what is not a score."""
+
+_clock: dict[str, float] = {}
+
+
+def start_clock(at: float | None = None) -> None:
+    """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
+    sidecar of every record written after it carries `wall_seconds` since then."""
+    _clock["start"] = time.perf_counter() if at is None else at
+
+
+def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
+    """(scores file, sidecar) of a stage's record."""
+    path = Path(metrics_dir) / f"{stage}.json"
+    return path, path.with_name(stage + INFO_SUFFIX)
+
+
+def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
+                  scores: tuple[str, ...]) -> tuple[Path, Path]:
+    """Write the stage's record: the `scores` keys to `<stage>.json`, the rest with the params'
+    config hash (and `wall_seconds` when the clock runs) to the sidecar; returns both paths."""
+    path, info_path = record_paths(params.paths.metrics, stage)
+    info = {k: v for k, v in metrics.items() if k not in scores}
+    if "start" in _clock:
+        info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
+    atomic.write_json(info_path, {**info, "config_hash": params.digest()})
+    atomic.write_json(path, {k: metrics[k] for k in scores})
+    return path, info_path
+
+
+def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: str,
+                    result: dict[str, Any], sample: dict[str, str], out_dir: Path
+                    ) -> dict[str, Any]:
+    """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
+    baselines, predictions (per-seed files it bootstraps), eval_split, scored_on, origins,
+    n_train, n_eval; plus provenance of splits, truncation and speed). `hp` = the run's resolved
+    fine-tuning hyperparameters (seeds, lm_coef), `sample` = split -> how it was sampled."""
+    ft = params.finetune
+    return {
+        "task": spec.name, "variant": variant, "metric": spec.metric,
+        "scores": result["scores"], "baselines": result["baselines"],
+        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
+                                for s in hp.seeds]
+                        for split, prefix in (("test", ""), ("dev", "dev_"))},
+        "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
+                       f"dev = {spec.sources['dev']}{sample['dev']}"),
+        "scored_on": f"{spec.sources['test']}{sample['test']}", "origins": dict(spec.origins),
+        "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
+        "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
+        "truncated": result["truncated"], "truncation": params.tasks.truncation,
+        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "kernels": result["kernels"],
+        "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
+        "best_epoch": [r["best_epoch"] for r in result["seeds"]],
+        "train_examples_per_s": round(sum(r["train_examples_per_s"]
+                                          for r in result["seeds"]) / len(result["seeds"]), 1),
+        "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
+                                         for r in result["seeds"]) / len(result["seeds"]), 1),
+    }
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise Gpt1Error(f"not valid JSON ({err})", path) from None
+
+
+def read_metrics(metrics_dir: str | Path) -> Metrics:
+    """Every stage record under metrics_dir by stem: `<stem>.json` (the scores) merged with its
+    sidecar `<stem>.info.json` when there is one; a damaged file is a Gpt1Error naming it."""
+    out: Metrics = {}
+    for path in sorted(Path(metrics_dir).glob("*.json")):
+        if path.name.endswith(INFO_SUFFIX):
+            continue
+        data = _read_json(path)
+        info = path.with_name(path.stem + INFO_SUFFIX)
+        if isinstance(data, dict):
+            out[path.stem] = {**(_read_json(info) if info.is_file() else {}), **data}
+    return out
+
+
+def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
+    """task -> fine-tuning record of one variant (`full` = the finetune stage; Table 5 rows =
+    finetune_<variant>_<task>), by the record's own task / variant fields."""
+    return {m["task"]: m for stem, m in sorted(metrics.items())
+            if stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m}
+
+
+def split_origins(record: Mapping[str, Any]) -> dict[str, Origin]:
+    """Split -> origin of a fine-tuning record: its own `origins`, or its task's in the
+    registry for a record that carries none."""
+    return dict(record.get("origins") or TASKS[record["task"]].origins)
+
+
+def scored_on(record: Mapping[str, Any]) -> str | None:
+    """What a fine-tuning record was scored on, in words: its `scored_on`, or for a record that
+    carries none the first clause of its `eval_split` text; None without either."""
+    if "scored_on" in record:
+        return str(record["scored_on"])
+    if "eval_split" not in record:
+        return None
+    return str(record["eval_split"]).split(";")[0].removeprefix("test = ")

@@ -1,0 +1,238 @@
+"""Figure 2: layer-transfer and zero-shot curves from the records, their bootstrap bands,
+the matplotlib figure and the rows of the `dvc plots` CSVs."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpt1 import stats
+from gpt1.config import Params
+from gpt1.errors import Gpt1Error
+from gpt1.records import Metrics
+from gpt1.report.contrasts import RowPreds, contrast, read_predictions
+from gpt1.scoring import score
+from gpt1.tasks.registry import TASKS
+
+MODEL_LABELS = {"transformer": "Transformer", "lstm": "LSTM"}
+
+
+def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]
+                 ) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """task -> {"dev": [(k, acc)], "train": [(k, acc)]} from layers_<task>_<k>.json."""
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for task in tasks:
+        curves: dict[str, list[tuple[int, float]]] = {"dev": [], "train": []}
+        for k in ks:
+            m = metrics.get(f"layers_{task}_{k}")
+            if m is None:
+                continue
+            for split in curves:
+                entry = m["scores"].get(f"{split}_acc")
+                if entry is not None:
+                    curves[split].append((k, float(entry["mean"])))
+        out[task] = curves
+    return out
+
+
+def zeroshot_curves(metrics: Metrics) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """model -> task -> [(step, normalised score)] from zeroshot*.json."""
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for stem, m in sorted(metrics.items()):
+        if not stem.startswith("zeroshot") or "checkpoints" not in m:
+            continue
+        per_task: dict[str, list[tuple[int, float]]] = {}
+        for ckpt in sorted(m["checkpoints"], key=lambda c: c["step"]):
+            for task, value in ckpt["normalised"].items():
+                per_task.setdefault(task, []).append((int(ckpt["step"]), float(value)))
+        out[m["model"]] = per_task
+    return out
+
+
+Bands = dict[str, Any]
+"""Error bands of Figure 2: "left" task -> [(k, low, high)] (fractions), "right" model -> task
+-> [(step, low, high)] (normalised), each a 95 % bootstrap CI."""
+
+
+def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                 right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                 n_layer: int, bands: Bands | None = None) -> Any:
+    """Figure 2 as one matplotlib figure, two panels: layers transferred (left: dev solid,
+    train dashed, one colour per task), zero-shot vs updates (right: log x, one colour per
+    task, Transformer solid, LSTM dashed); shaded 95 % CI bands where `bands` has them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    fig, (ax_l, ax_r) = plt.subplots(1, 2, figsize=(12, 4.6))
+    colors = plt.get_cmap("tab10")
+    for i, (task, curves) in enumerate(left.items()):
+        for split, style in (("dev", "-"), ("train", "--")):
+            pts = curves.get(split, [])
+            if pts:
+                ks, acc = zip(*pts, strict=True)
+                ax_l.plot(ks, [100 * a for a in acc], style, marker="o", color=colors(i),
+                          label=f"{task.upper()} {split}")
+    bands = bands or {}
+    for task, band in bands.get("left", {}).items():
+        ks, lo, hi = zip(*band, strict=True)
+        ax_l.fill_between(ks, [100 * v for v in lo], [100 * v for v in hi],
+                          color=colors(list(left).index(task)), alpha=0.15, linewidth=0)
+    ax_l.set_xlabel("# of layers transferred")
+    ax_l.set_ylabel("accuracy (%)")
+    ax_l.set_xlim(-0.3, n_layer + 0.3)
+    ax_l.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax_l.set_title("Transfer: layers of the pre-trained model copied")
+    ax_l.grid(alpha=0.3)
+    tasks = sorted({t for per_task in right.values() for t in per_task})
+    for model, per_task in right.items():
+        style = "-" if model == "transformer" else "--"
+        for task, pts in per_task.items():
+            steps, vals = zip(*pts, strict=True)
+            ax_r.plot(steps, vals, style, marker=".", color=colors(tasks.index(task)),
+                      label=f"{task.upper()} ({MODEL_LABELS.get(model, model)})")
+    for model, per_task in bands.get("right", {}).items():
+        for task, band in per_task.items():
+            if task in tasks:
+                steps, lo, hi = zip(*band, strict=True)
+                ax_r.fill_between(steps, lo, hi, color=colors(tasks.index(task)),
+                                  alpha=0.12 if model == "transformer" else 0.06, linewidth=0)
+    ax_r.set_xscale("log")
+    ax_r.axhline(0.0, color="grey", lw=0.8)
+    ax_r.set_xlabel("pre-training updates (log scale)")
+    ax_r.set_ylabel("normalised zero-shot performance")
+    ax_r.set_title("Zero-shot: Transformer (solid) vs LSTM (dashed)")
+    ax_r.grid(alpha=0.3)
+    for ax in (ax_l, ax_r):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best", ncol=1 if ax is ax_l else 2, handlelength=4)
+        else:
+            ax.text(0.5, 0.5, "no data at this preset", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return fig
+
+
+def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                 right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                 path: str | Path, dpi: int, n_layer: int, bands: Bands | None = None) -> None:
+    """Figure 2 as one PNG (written atomically)."""
+    import matplotlib.pyplot as plt
+
+    from gpt1 import atomic
+
+    fig = draw_figure2(left, right, n_layer, bands)
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=dpi)
+    plt.close(fig)
+
+
+def plot_tables(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
+                zeroshot_tasks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rows for the `dvc plots` files: figure2_left (one row per k; <task>_dev, <task>_train
+    in %) and zeroshot_<model> for both models (one row per checkpoint; one column per task).
+    Every file and column exists even without data, so the plot definitions always resolve."""
+    ks = sorted({k for c in left.values() for pts in c.values() for k, _ in pts})
+    cols = [f"{task}_{split}" for task in left for split in ("dev", "train")]
+    rows_left = []
+    for k in ks:
+        row: dict[str, Any] = {"layers": k, **dict.fromkeys(cols)}
+        for task, curves in left.items():
+            for split, pts in curves.items():
+                row.update({f"{task}_{split}": round(100 * a, 4) for kk, a in pts if kk == k})
+        rows_left.append(row)
+    out = {"figure2_left": rows_left or [{"layers": None, **dict.fromkeys(cols)}]}
+    for model in MODEL_LABELS:
+        per_task = right.get(model, {})
+        steps = sorted({s for pts in per_task.values() for s, _ in pts})
+        rows = [{"step": s, "log10_step": round(math.log10(s), 4) if s > 0 else 0.0,
+                 **dict.fromkeys(zeroshot_tasks),
+                 **{t: round(v, 4) for t, pts in per_task.items() for ss, v in pts if ss == s}}
+                for s in steps]
+        out[f"zeroshot_{model}"] = rows or [{"step": None, "log10_step": None,
+                                             **dict.fromkeys(zeroshot_tasks)}]
+    return out
+
+
+def layer_predictions(metrics: Metrics, tasks: Sequence[str], k: int) -> RowPreds:
+    """task -> per-seed dev predictions of the Figure 2-left run with k blocks transferred."""
+    out: RowPreds = {}
+    for task in tasks:
+        m = metrics.get(f"layers_{task}_{k}")
+        p = read_predictions(m, "dev") if m else None
+        if p is not None:
+            out[task] = p
+    return out
+
+
+def layer_bands(params: Params, metrics: Metrics) -> dict[str, list[tuple[int, float, float]]]:
+    """task -> [(k, low, high)]: 95 % bootstrap CI of each Figure 2-left dev point (seed mean;
+    dev examples resampled once per draw for all seeds)."""
+    out: dict[str, list[tuple[int, float, float]]] = {}
+    for task in params.layers.tasks:
+        for k in params.layers.layers_transferred:
+            row = layer_predictions(metrics, [task], k)
+            ci = contrast([row], [1.0], [[f"{task}.{TASKS[task].metric}"]], params)
+            if ci is not None:
+                out.setdefault(task, []).append((k, ci.low, ci.high))
+    return out
+
+
+ZsPreds = dict[str, dict[int, tuple[np.ndarray, np.ndarray]]]
+"""task -> checkpoint step -> (labels, predictions) of the zero-shot heuristics."""
+
+
+def zeroshot_predictions(m: Mapping[str, Any]) -> ZsPreds | None:
+    """The per-example zero-shot predictions a zeroshot metrics JSON names; None if absent."""
+    import pandas as pd
+
+    path = m.get("predictions")
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        df = pd.read_parquet(path).sort_values(["task", "step", "example"], kind="stable")
+    except Exception as err:  # pyarrow raises several types on a damaged file
+        raise Gpt1Error(f"unreadable parquet ({str(err).splitlines()[0]})", path) from None
+    out: ZsPreds = {}
+    for (task, step), g in df.groupby(["task", "step"], sort=True):
+        out.setdefault(str(task), {})[int(step)] = (g["label"].to_numpy(),
+                                                    g["prediction"].to_numpy())
+    return out
+
+
+def zs_value(m: Mapping[str, Any], preds: ZsPreds, task: str, step: int,
+              idx: np.ndarray) -> float:
+    """Normalised zero-shot score of one task at one checkpoint on the examples idx."""
+    norm = m["norm"][task]
+    y, p = preds[task][step]
+    raw = score(norm["metric"], y[idx], p[idx])
+    return (raw - norm["random"]) / (norm["sota"] - norm["random"])
+
+
+def zeroshot_bands(params: Params, metrics: Metrics
+                   ) -> dict[str, dict[str, list[tuple[int, float, float]]]]:
+    """model -> task -> [(step, low, high)]: 95 % bootstrap CI over the scored examples of
+    each normalised zero-shot point (one pre-training run per model: no seed spread)."""
+    cfg = params.report
+    out: dict[str, dict[str, list[tuple[int, float, float]]]] = {}
+    for stem, m in sorted(metrics.items()):
+        preds = zeroshot_predictions(m) if stem.startswith("zeroshot") else None
+        if preds is None:
+            continue
+        for task, by_step in preds.items():
+            band = []
+            for step in sorted(by_step):
+                ci = stats.bootstrap_ci(functools.partial(zs_value, m, preds, task, step),
+                                        len(by_step[step][0]), cfg.bootstrap_samples,
+                                        cfg.bootstrap_seed)
+                band.append((step, ci.low, ci.high))
+            out.setdefault(m["model"], {})[task] = band
+    return out
+
