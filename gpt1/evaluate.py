@@ -41,7 +41,7 @@ def score(name: str, y_true: np.ndarray, y_pred: np.ndarray) -> float:
     raise ValueError(f"unknown metric {name!r}; known: acc, f1, mcc, pearson, spearman")
 
 
-def predict(spec: TaskSpec, outputs: np.ndarray) -> np.ndarray:
+def head_predictions(spec: TaskSpec, outputs: np.ndarray) -> np.ndarray:
     """Head outputs -> predictions: the score itself (regression) or the argmax."""
     return outputs.astype(np.float64) if spec.regression else outputs.argmax(axis=-1)
 
