@@ -238,7 +238,9 @@ class PretrainCfg(Section):
     """Decoupled weight decay on tensors of rank > 1 only."""
     grad_clip: PosFloat
     precision: Literal["auto", "fp32", "bf16"]
-    """auto = bf16 autocast on CUDA or on a CPU with native bf16 (AMX / AVX512-BF16), else fp32."""
+    """auto = bf16 autocast on CUDA or on a CPU with native bf16 (AMX / AVX512-BF16), else fp32
+    (e.g. AVX2-only x86-64). bf16 on a CPU without it runs emulated, many times slower (a
+    warning says so), and the LSTM layer runs in fp32 where oneDNN has no bf16 LSTM."""
     compile: bool
     eval_interval_steps: PosInt
     eval_batches: PosInt
