@@ -9,7 +9,8 @@ Both sides use fused AdamW (transformers' Trainer default on torch >= 2.8) with 
 on rank > 1 tensors; torch.compile wraps the model (ours: the loss module), not the optimizer.
 Then our fastest precision and our fp32 each train --loss-steps steps from the same init on the
 same (synthetic, learnable) data with the same dropout seeds, and their held-out losses are
-compared.
+compared. On a CPU without native bf16 (AVX2-only x86-64) the bf16 variants are skipped, in
+one line saying so (`precisions_for`): emulated there, they would only time the emulation.
 
 --device cpu (default): the bench config (6 layers, 384 d, 6 heads, context 256, vocab 16,384,
 batch 8, 2 threads). --device cuda: the paper config (12 layers, 768 d, 12 heads, context 512,
@@ -17,7 +18,7 @@ vocab 40,478, --batch 64 or what fits), also printing MFU: achieved matmul FLOP/
 device's dense bf16 peak (PEAK_BF16 by device name, or --peak-tflops).
 
     .venv/bin/python benchmarks/train_throughput.py [--rounds 7] [--loss-steps 100]
-        [--modes eager,compile] [--device cuda] [--kernels auto]
+        [--modes eager,compile] [--device cuda] [--kernels auto] [--precisions auto]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gpt1.config import load_params  # noqa: E402
 from gpt1.export import hf_state_dict  # noqa: E402
 from gpt1.model import GPT, flops_per_token  # noqa: E402
 from gpt1.optim import build_optimizer, lr_at, param_groups  # noqa: E402
-from gpt1.train import CausalLM, autocast_for  # noqa: E402
+from gpt1.train import CausalLM, autocast_for, has_fast_bf16  # noqa: E402
 
 BENCH = {"n_layer": 6, "n_embd": 384, "n_head": 6, "n_inner": 4 * 384, "n_positions": 256}
 VOCAB, BATCH, THREADS = 16_384, 8, 2
@@ -117,13 +118,26 @@ def step_fn(side: str, model: torch.nn.Module, precision: str, mode: str
 Variant = tuple[str, str, str]  # (side, precision, mode)
 
 
+def precisions_for(choice: str, device: torch.device) -> list[str]:
+    """--precisions: `auto` = fp32 and bf16, except on a CPU that emulates bf16 (no AVX512-BF16
+    or AMX, e.g. AVX2-only x86-64), where a bf16 step is tens of times slower than fp32 and
+    times nothing the target runs: fp32 only, said in one line."""
+    if choice != "auto":
+        return choice.split(",")
+    if device.type == "cuda" or has_fast_bf16():
+        return ["fp32", "bf16"]
+    print("bf16 variants skipped: this CPU has no native bf16 (AVX512-BF16 / AMX), so bf16 "
+          "is emulated, ~50x slower than fp32 (--precisions fp32,bf16 runs them anyway)")
+    return ["fp32"]
+
+
 def time_steps(rounds: int, batch: torch.Tensor, ours: GPT, theirs: torch.nn.Module,
-               modes: list[str]) -> dict[Variant, list[float]]:
+               modes: list[str], precisions: list[str]) -> dict[Variant, list[float]]:
     """Each variant's step time (s) in each round, rounds in order."""
     variants = {
         (side, prec, mode): step_fn(side, model, prec, mode)
         for side, model in (("ours", ours), ("transformers", theirs))
-        for prec in ("fp32", "bf16")
+        for prec in precisions
         for mode in modes
     }
     for key, fn in variants.items():  # warm-up: compilation, oneDNN primitives, allocator
@@ -178,6 +192,9 @@ def main() -> None:
     parser.add_argument("--modes", default="eager,compile",
                         help="comma list of eager, compile (torch.compile of each side)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precisions", default="auto",
+                        help="auto (fp32,bf16; fp32 alone on a CPU that emulates bf16) or a "
+                             "comma list of fp32, bf16")
     parser.add_argument("--batch", type=int, help=f"sequences per step (cpu {BATCH}, cuda "
                         f"{PAPER_BATCH}; lower it if it does not fit)")
     parser.add_argument("--kernels", choices=("auto", "torch", "cpu_fused"), default="auto",
@@ -205,7 +222,8 @@ def main() -> None:
           f"{torch.get_num_threads()}), our kernels: {kernels}; {fpt / 1e6:.1f} MFLOP/token "
           f"(fwd+bwd matmuls)" + (f"; bf16 peak {peak / 1e12:.0f} TFLOP/s" if peak else ""))
     batch = stream[: batch_seqs * (T + 1)].view(batch_seqs, T + 1).to(device)
-    times = time_steps(args.rounds, batch, ours.train(), theirs.train(), modes)
+    times = time_steps(args.rounds, batch, ours.train(), theirs.train(), modes,
+                       precisions_for(args.precisions, device))
     medians = {k: statistics.median(v) for k, v in times.items()}
     report_times(medians, batch_seqs * T, fpt, peak)
     report_spread(times, medians)

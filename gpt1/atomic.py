@@ -1,5 +1,9 @@
 """Atomic writes: every artifact is written to a temp path beside it, then renamed.
 
+`user_folder` is the variant for a folder the user names (`gpt1 export-hf OUT`): it never
+replaces a file or a non-empty folder it did not write; with `overwrite`, it replaces only its
+own files there, each one atomically.
+
 A write that fails leaves nothing behind: its temp path and any directory it had to create
 are removed, and a full disk is one Gpt1Error naming the destination. Temp paths carry the
 writer's pid, so one killed before it could clean up is removed by the next write of the same
@@ -15,7 +19,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +75,8 @@ def atomic_path(dest: str | Path) -> Iterator[Path]:
     try:
         yield target
         if target.is_dir() and dest.exists():
-            old = dest.with_name(f".{dest.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(dest, old)
+            os.replace(dest, tmp / ".old")  # inside tmp: removed with it, even after a kill
             os.replace(target, dest)
-            shutil.rmtree(old, ignore_errors=True)
         elif target.exists():
             if target.is_file():
                 with open(target, "rb") as fh:
@@ -93,6 +94,54 @@ def atomic_path(dest: str | Path) -> Iterator[Path]:
             for path in created:  # deepest first; a directory someone filled meanwhile stays
                 with contextlib.suppress(OSError):
                     path.rmdir()
+
+
+def check_user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
+                      flag: str = "--overwrite") -> None:
+    """Gpt1Error unless `dest` may receive the files named in `owned`: it is absent, an empty
+    folder, or (with `overwrite`) a folder where none of those names is a sub-folder."""
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise Gpt1Error("exists and is not a folder; name a new or empty folder", dest)
+    if not dest.is_dir() or not any(dest.iterdir()):
+        return
+    if not overwrite:
+        raise Gpt1Error(f"folder is not empty; name a new or empty folder, or pass {flag} to "
+                        "replace only this command's own files in it", dest)
+    clashes = sorted(n for n in owned if (dest / n).exists() and not (dest / n).is_file())
+    if clashes:
+        raise Gpt1Error(f"{clashes} in it are not files; move them away first", dest)
+
+
+@contextlib.contextmanager
+def user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
+                flag: str = "--overwrite") -> Iterator[Path]:
+    """Yield a temp folder to fill with files named in `owned`; on success it becomes `dest`.
+
+    `dest` absent or empty: renamed onto it as a whole (atomic_path). `dest` holding other
+    files (only with `overwrite`): each written file replaces its namesake atomically, and a
+    name of `owned` not written this time is removed (a stale file of an earlier run); any
+    other entry in `dest` stays as it was.
+    """
+    dest = Path(dest)
+    check_user_folder(dest, overwrite, owned, flag)
+    if not dest.is_dir() or not any(dest.iterdir()):
+        with atomic_path(dest) as tmp:
+            tmp.mkdir()
+            yield tmp
+        return
+    with atomic_path(dest.with_name(dest.name + ".export")) as tmp:
+        tmp.mkdir()
+        yield tmp
+        written = {p.name for p in tmp.iterdir()}
+        if written - set(owned):
+            raise ValueError(f"wrote files outside `owned`: {sorted(written - set(owned))}")
+        for name in sorted(written):
+            os.replace(tmp / name, dest / name)
+        for name in sorted(set(owned) - written):
+            with contextlib.suppress(FileNotFoundError):
+                (dest / name).unlink()
+        tmp.rmdir()  # nothing left for atomic_path to rename
 
 
 def write_bytes(dest: str | Path, data: bytes) -> None:

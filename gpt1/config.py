@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpt1.tasks.registry import TASKS
 
@@ -28,6 +28,25 @@ Frac = Annotated[float, Field(ge=0.0, le=1.0)]
 # YAML gives lists; accept them for tuple fields (items stay strictly typed).
 StrTuple = Annotated[tuple[str, ...], Field(strict=False)]
 IntTuple = Annotated[tuple[int, ...], Field(strict=False)]
+
+
+def _distinct_ids(values: tuple[int, ...]) -> tuple[int, ...]:
+    """A list of seeds or ids: at least one, none negative, none twice (a repeated seed would
+    count one run as two; an empty list would run nothing and report nothing)."""
+    if not values:
+        raise ValueError("must list at least one value, got []")
+    negative = [v for v in values if v < 0]
+    if negative:
+        raise ValueError(f"must be non-negative, got {negative} in {list(values)}")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"must not repeat a value, got {repeated} more than once in "
+                         f"{list(values)}")
+    return values
+
+
+IdTuple = Annotated[IntTuple, AfterValidator(_distinct_ids)]
+"""Seeds or ids: non-empty, unique, non-negative."""
 
 
 class ParamsError(ValueError):
@@ -219,7 +238,9 @@ class PretrainCfg(Section):
     """Decoupled weight decay on tensors of rank > 1 only."""
     grad_clip: PosFloat
     precision: Literal["auto", "fp32", "bf16"]
-    """auto = bf16 autocast on CUDA or on a CPU with native bf16 (AMX / AVX512-BF16), else fp32."""
+    """auto = bf16 autocast on CUDA or on a CPU with native bf16 (AMX / AVX512-BF16), else fp32
+    (e.g. AVX2-only x86-64). bf16 on a CPU without it runs emulated, many times slower (a
+    warning says so), and the LSTM layer runs in fp32 where oneDNN has no bf16 LSTM."""
     compile: bool
     eval_interval_steps: PosInt
     eval_batches: PosInt
@@ -265,7 +286,8 @@ class FinetuneCfg(Section):
     init: Literal["pretrained", "scratch"]
     layers_transferred: NonNegInt | None
     """Embeddings plus the first k blocks copied from pre-training; null = all."""
-    seeds: IntTuple
+    seeds: IdTuple
+    """Training seeds of every fine-tuning cell (non-empty, unique, non-negative)."""
     max_train_examples: PosInt | None
     """Cap on training examples per task (demo runs); null = all."""
     max_eval_examples: PosInt | None
@@ -371,7 +393,7 @@ class LayersCfg(Section):
 
     tasks: StrTuple
     """Tasks of the study (paper: MultiNLI, RACE)."""
-    layers_transferred: IntTuple
+    layers_transferred: IdTuple
     """Values of k (paper: 0..12); each <= model.n_layer (checked by the stage, so that
     presets with fewer layers can keep the list)."""
     max_train_examples: PosInt | None
@@ -572,8 +594,10 @@ def _format_error(path: Path, err: ValidationError, model: type[BaseModel]) -> s
         msg = "unknown key" + _did_you_mean(model, loc)
     elif first["type"] == "missing":
         msg = "missing key"
-    elif first["type"] == "value_error" and ": " in msg:
-        key, _, msg = msg.removeprefix("Value error, ").partition(": ")
+    elif first["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        if ": " in msg:  # a model validator's message names its own key
+            key, _, msg = msg.partition(": ")
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{path}: {key}: {msg}{more}"
 

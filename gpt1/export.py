@@ -31,19 +31,30 @@ from gpt1.errors import Gpt1Error
 log = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"  # gpt1.bpe.TOKENIZER_FILE (not imported: tokenizers is heavy)
+HEAD_FILES = ("task_head.safetensors", "task_head.json")
+EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", TOKENIZER_FILE,
+                "vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json",
+                "README.md", *HEAD_FILES)
+"""Every file an export may write: with --overwrite, only these are replaced in OUT_DIR."""
 _CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="CHECKPOINT_DIR",
                         help="pre-training run directory (params.paths.checkpoints)")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="transformers model directory to write")
+    parser.add_argument("out_dir", metavar="OUT_DIR",
+                        help="transformers model directory to write: new or empty (a file or a "
+                             "non-empty folder is refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="OUT_DIR may hold files: replace only the export's own files there "
+                             "(each atomically), keep everything else")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 export-hf`; the tokenizer is read from params.paths.tokenizer,
     scores for the card from params.paths.metrics."""
-    export_hf(args.run_dir, args.out_dir, params.paths.tokenizer, params.paths.metrics)
+    export_hf(args.run_dir, args.out_dir, params.paths.tokenizer, params.paths.metrics,
+              overwrite=args.overwrite)
 
 
 def model_card(meta: dict[str, Any], scores: dict[str, Any] | None) -> str:
@@ -153,10 +164,12 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
 
 
 def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Path,
-              metrics_dir: str | Path | None = None) -> Path:
-    """Write OUT_DIR atomically; Gpt1Error if the run or tokenizer does not fit."""
+              metrics_dir: str | Path | None = None, overwrite: bool = False) -> Path:
+    """Write OUT_DIR atomically; Gpt1Error if the run or tokenizer does not fit, or if OUT_DIR
+    is a file or a non-empty folder (with `overwrite`: only EXPORT_FILES are replaced there)."""
     from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
 
+    atomic.check_user_folder(out_dir, overwrite, EXPORT_FILES)  # before the slow part
     tok_path = Path(tokenizer_dir) / TOKENIZER_FILE
     try:
         tok_bytes = tok_path.read_bytes()
@@ -179,8 +192,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
                         f"unexpected {result.unexpected_keys[:3]}", run_dir)
     specials = list(meta["params"]["bpe"]["special_tokens"])
     files = _tokenizer_files(json.loads(tok_bytes), specials)
-    with atomic.atomic_path(out_dir) as tmp:
-        hf.eval().save_pretrained(tmp, safe_serialization=True)
+    with atomic.user_folder(out_dir, overwrite, EXPORT_FILES) as tmp:
+        hf.eval().save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
         (tmp / TOKENIZER_FILE).write_bytes(tok_bytes)
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")

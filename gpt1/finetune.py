@@ -33,7 +33,7 @@ from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.model import GPT, transfer_weights
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import progress
-from gpt1.scoring import aggregate, baselines, predict, score_split
+from gpt1.scoring import aggregate, baselines, head_predictions, score_split
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
 from gpt1.train import autocast_for, resolve_precision, step_values, train_step
@@ -267,7 +267,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                 raise stop.stop(f"stopped at step {step} of seed {seed}; fine-tuning keeps "
                                 "nothing, re-run to start it again")
         dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
-        dev_pred = predict(spec, dev_out)
+        dev_pred = head_predictions(spec, dev_out)
         dev = score_split(spec, data["dev"].labels, dev_pred, data["dev"].groups)
         history.append({"epoch": epoch + 1, **dev})
         on_metrics(step0 + step, {f"dev/{k}": v for k, v in dev.items()})
@@ -285,7 +285,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     t1 = time.perf_counter()
     test_out = infer(model, test, hp.batch_size * 2, precision, device, "test")
     eval_s = time.perf_counter() - t1
-    pred = predict(spec, test_out)
+    pred = head_predictions(spec, test_out)
     scores = score_split(spec, test.labels, pred, test.groups)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
     _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)

@@ -4,15 +4,39 @@ Same contract as gpt1.model.GPT (`forward(idx) -> (B, T, C)`, `lm_logits(h) -> (
 the same tied embedding / output layer code, so pre-training, fine-tuning and the zero-shot
 study treat both models alike. When the LSTM is wider than the embedding, a linear projection
 maps its states back to n_embd before the tied output layer.
+
+Under bf16 autocast on a CPU whose oneDNN has no bf16 LSTM (x86-64 without AVX-512, e.g. an
+AVX2-only chip, or oneDNN capped by ONEDNN_MAX_CPU_ISA), the LSTM layer alone runs in fp32
+(said once in the log); every other layer keeps bf16. `cpu_bf16_lstm` probes this once.
 """
 
 from __future__ import annotations
+
+import functools
+import logging
 
 import torch
 from torch import nn
 
 from gpt1.config import LstmCfg
 from gpt1.model import TiedEmbedding
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def cpu_bf16_lstm() -> bool:
+    """True when this CPU's oneDNN runs an LSTM under bf16 autocast (a tiny probe, once)."""
+    probe = nn.LSTM(2, 2, batch_first=True)
+    try:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            probe(torch.zeros(1, 1, 2))
+    except RuntimeError as err:
+        log.warning("this CPU's oneDNN has no bf16 LSTM (%s); under bf16 the LSTM layer runs "
+                    "in fp32, every other layer in bf16", str(err).split(".")[0])
+        return False
+    return True
+
 
 
 class LSTMLM(nn.Module):
@@ -51,7 +75,12 @@ class LSTMLM(nn.Module):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, T, n_embd) hidden states."""
         x = self.drop(self.tokens_embed.embed(idx))  # (B, T, C)
-        h, _ = self.rnn(x)  # (B, T, H)
+        if (x.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.bfloat16 and not cpu_bf16_lstm()):
+            with torch.autocast("cpu", enabled=False):
+                h, _ = self.rnn(x.float())  # (B, T, H) fp32: see the module docstring
+        else:
+            h, _ = self.rnn(x)  # (B, T, H)
         if self.proj is not None:
             h = self.proj(h)  # (B, T, C)
         return self.drop(h)

@@ -5,6 +5,10 @@ The finetune stage saves the first seed's selected model in <paths.finetuned>/<t
 checked like a pre-training run). Inputs take the task's own layout: TEXT is text_a (the
 sentence, premise or context), `--text-b` the second sentence or question, `--choices` the
 answers of a multiple-choice task; they are standardised and encoded as in training.
+
+The model decides what it answers: `--task` must be the task it was fine-tuned on (omitted,
+that task is used), and each example must carry what the task reads (`check_inputs`: the
+second text of a pair task, exactly n answers of an n-way choice task, nothing more).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from gpt1.errors import Gpt1Error
 from gpt1.finetune import infer
 from gpt1.heads import TaskModel
 from gpt1.tasks import formats
-from gpt1.tasks.registry import TASKS
+from gpt1.tasks.registry import TASKS, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +39,8 @@ MODEL_DIR = "model"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True, help="a fine-tuned task (finetune.tasks)")
+    parser.add_argument("--task", help="a fine-tuned task (finetune.tasks); must be the "
+                        "model's own; default: the task --model-dir was fine-tuned on")
     parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
     parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
@@ -44,15 +49,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 predict`: one JSON line per text (label, probabilities)."""
-    if args.task not in params.finetune.tasks:
-        raise Gpt1Error(f"unknown task {args.task!r}; finetune.tasks = "
+    if args.model_dir is None and args.task is None:
+        raise Gpt1Error("--task: name the task (or --model-dir, a model that records its task)")
+    if args.model_dir is None and args.task not in params.finetune.tasks:
+        raise Gpt1Error(f"--task: unknown task {args.task!r}; finetune.tasks = "
                         f"{list(params.finetune.tasks)}")
     model_dir = args.model_dir or Path(params.paths.finetuned) / args.task / MODEL_DIR
     model, tok, spec, saved = load_task_model(model_dir, params.paths.tokenizer)
+    if args.task is not None and args.task != spec.name:
+        raise Gpt1Error(f"--task {args.task}: this model was fine-tuned on {spec.name}; pass "
+                        f"--task {spec.name} or leave --task out",
+                        Path(model_dir) / checkpoint.MODEL_META)
     rows = [{"text_a": t, "text_b": args.text_b, "choices": list(args.choices)}
             for t in args.texts]
     for text, pred in zip(args.texts, classify(model, tok, spec, saved, rows), strict=True):
         print(json.dumps({"text": text, **pred}, ensure_ascii=False))
+
+
+def check_inputs(spec: TaskSpec, rows: Sequence[dict[str, Any]]) -> None:
+    """Gpt1Error naming the flag (and column) unless every row holds what `spec` reads: the
+    second text of a pair task, exactly n answers of an n-way choice task, and no input the
+    task would ignore."""
+    pair = spec.fmt in ("entail", "similarity")
+    for row in rows:
+        text_b, n = str(row.get("text_b") or ""), len(row.get("choices") or [])
+        if pair and not text_b.strip():
+            raise Gpt1Error(f"--text-b (column text_b): {spec.name} compares two texts; give "
+                            "the second one")
+        if spec.fmt == "classify" and text_b:
+            raise Gpt1Error(f"--text-b (column text_b): {spec.name} reads one text; leave it out")
+        if spec.fmt == "choice" and n != spec.n_choices:
+            raise Gpt1Error(f"--choices (column choices): {spec.name} needs {spec.n_choices} "
+                            f"answers per example, got {n}")
+        if spec.fmt != "choice" and n:
+            raise Gpt1Error(f"--choices (column choices): {spec.name} is not a multiple-choice "
+                            "task; leave it out")
 
 
 def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
@@ -86,19 +117,18 @@ def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
     return model, tok, spec, params
 
 
-def classify(model: Any, tok: Any, spec: Any, params: Params,
+def classify(model: Any, tok: Any, spec: TaskSpec, params: Params,
              rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows of text_a / text_b / choices -> [{"label", "probabilities"}] (regression tasks:
     {"score"}), laid out and truncated exactly as in fine-tuning."""
 
+    check_inputs(spec, rows)
     table = pd.DataFrame({
         "id": [str(i) for i in range(len(rows))], "group": [""] * len(rows),
         "text_a": [r["text_a"] for r in rows], "text_b": [r.get("text_b", "") for r in rows],
         "choices": [list(r.get("choices", [])) for r in rows],
         "label": [0] * len(rows),
     })
-    if spec.fmt == "choice" and any(len(c) != spec.n_choices for c in table["choices"]):
-        raise Gpt1Error(f"{spec.name} needs {spec.n_choices} --choices per example")
     tr = formats.Truncation(params.model.n_positions, params.tasks.truncation,
                             params.tasks.truncate_keep)
     data = formats.encode_table(table, spec, formats.text_encoder(tok),

@@ -110,7 +110,7 @@ def majority_score(name: str, train_labels: np.ndarray, y_true: np.ndarray) -> f
     return score(name, y, np.full(y.shape, majority_label(train_labels), dtype=y.dtype))
 
 
-def predict(spec: TaskSpec, outputs: np.ndarray) -> np.ndarray:
+def head_predictions(spec: TaskSpec, outputs: np.ndarray) -> np.ndarray:
     """Head outputs -> predictions: the score itself (regression) or the argmax."""
     return outputs.astype(np.float64) if spec.regression else outputs.argmax(axis=-1)
 

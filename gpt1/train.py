@@ -58,7 +58,11 @@ layers 2.5-5x (AMX) and 3.3x (AVX512-BF16, AMD EPYC) faster than fp32."""
 
 
 def has_fast_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """True on a CPU with native bf16 matmul instructions (BF16_CPU_FLAGS)."""
+    """True on a CPU with native bf16 matmul instructions (BF16_CPU_FLAGS) that oneDNN may
+    use: ONEDNN_MAX_CPU_ISA capped below them (e.g. AVX2) means emulated bf16, so False."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if cap not in ("ALL", "DEFAULT") and not any(k in cap for k in ("BF16", "AMX", "AVX10")):
+        return False
     if "AMX" in torch.backends.cpu.get_cpu_capability().upper():
         return True
     with contextlib.suppress(OSError):
@@ -71,6 +75,10 @@ def has_fast_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def resolve_precision(precision: str, device: torch.device) -> Literal["fp32", "bf16"]:
     """`auto` -> bf16 on CUDA with bf16 support or on a CPU with native bf16, else fp32."""
+    if precision == "bf16" and device.type == "cpu" and not has_fast_bf16():
+        log.warning("precision bf16 on a CPU without native bf16 (no AVX512-BF16 / AMX, or "
+                    "ONEDNN_MAX_CPU_ISA below them): bf16 is emulated, many times slower than "
+                    "fp32 (precision: auto picks fp32 here)")
     if precision in ("fp32", "bf16"):
         return "fp32" if precision == "fp32" else "bf16"
     if precision != "auto":

@@ -6,7 +6,8 @@ hash of the source, flags and CPU, and written to a temp name then renamed. Next
 library its sha256 is recorded at build (`.so.sha256`); a library whose bytes do not match
 its record (damaged, replaced, or put there by anything but this build) is never loaded: it
 is removed and rebuilt once. With no compiler the caller falls back to torch ops, after one
-warning. `GPT1_CPU_KERNELS=0` turns the kernels off.
+warning. `GPT1_CPU_KERNELS=0` turns the kernels off; `GPT1_KERNEL_MARCH` replaces `native`
+(e.g. `x86-64-v3`, AVX2 without AVX-512: how the tests build the AVX2 library on any x86-64).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels.c")
 FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd",
          "-fPIC", "-shared", "-pthread"]
+
+
+
+def _flags() -> list[str]:
+    """FLAGS with -march from $GPT1_KERNEL_MARCH when set."""
+    march = os.environ.get("GPT1_KERNEL_MARCH")
+    return [f"-march={march}" if f == "-march=native" and march else f for f in FLAGS]
+
 
 _state: dict[str, object] = {"lib": None, "tried": False, "enabled": True}
 
@@ -65,9 +74,9 @@ def _build() -> Path | None:
     if not cc:
         log.warning("gpt1 CPU kernels: no C compiler found ($CC, cc, gcc); using torch ops")
         return None
-    source = SOURCE.read_bytes()
+    source, flags = SOURCE.read_bytes(), _flags()
     key = hashlib.sha256(b"\0".join(
-        [source, " ".join([cc, *FLAGS]).encode(), platform.machine().encode(),
+        [source, " ".join([cc, *flags]).encode(), platform.machine().encode(),
          _cpu_signature().encode()]
     )).hexdigest()[:16]
     cache = Path(os.environ.get("GPT1_KERNEL_CACHE")
@@ -79,7 +88,7 @@ def _build() -> Path | None:
     fd, tmp = tempfile.mkstemp(prefix=".kernels-", suffix=".so", dir=cache)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
+        done = subprocess.run([cc, *flags, "-o", tmp, str(SOURCE), "-lm"],
                               capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]

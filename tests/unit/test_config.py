@@ -104,6 +104,42 @@ def test_cli_misspelled_key_exits_nonzero_one_line(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        ("finetune.seeds", [0, 0], "must not repeat a value, got [0]"),
+        ("finetune.seeds", [-1], "must be non-negative, got [-1]"),
+        ("finetune.seeds", [], "must list at least one value"),
+        ("layers.layers_transferred", [2, 2], "must not repeat a value, got [2]"),
+        ("layers.layers_transferred", [], "must list at least one value"),
+    ],
+)
+def test_seed_and_id_lists_refused(key: str, value: list[int], needle: str) -> None:
+    """A repeated seed would report one run as two, a negative one fails in numpy, an empty
+    list runs nothing: each is one line naming the key, at load."""
+    raw = _raw()
+    section, name = key.split(".")
+    raw[section][name] = value
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw, "p.yaml")
+    assert str(info.value).startswith(f"p.yaml: {key}: {needle}")
+    assert "\n" not in str(info.value) and "Value error" not in str(info.value)
+
+
+def test_cli_empty_seed_list_exits_2_before_any_output(tmp_path: Path) -> None:
+    text, n = re.subn(r"seeds: \[[^\]]*\]", "seeds: []", (REPO / "params.yaml").read_text())
+    assert n == 1
+    (tmp_path / "params.yaml").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpt1", "--params", "params.yaml", "finetune", "--task", "rte"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("gpt1 finetune: error: params.yaml: finetune.seeds: must "
+                                   "list at least one value, got []")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
 # spec §1-2 and §5, one row per value the paper preset holds: (dotted key in configs/paper.yaml,
 # the paper's or the original release's value). docs/paper.md's key tables must say the same.
 PAPER_VALUES = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpt1.scoring import aggregate, predict, score, score_split
+from gpt1.scoring import aggregate, head_predictions, score, score_split
 from gpt1.tasks.registry import TASKS
 
 
@@ -32,9 +32,9 @@ def test_task_scores_groups_and_renames() -> None:
         "mcc", "acc"}
 
 
-def test_predict_and_aggregate() -> None:
-    assert predict(TASKS["sst2"], np.array([[0.1, 0.9], [2.0, 1.0]])).tolist() == [1, 0]
-    assert predict(TASKS["stsb"], np.array([3.5, 1.0])).tolist() == [3.5, 1.0]
+def test_head_predictions_and_aggregate() -> None:
+    assert head_predictions(TASKS["sst2"], np.array([[0.1, 0.9], [2.0, 1.0]])).tolist() == [1, 0]
+    assert head_predictions(TASKS["stsb"], np.array([3.5, 1.0])).tolist() == [3.5, 1.0]
     agg = aggregate([{"acc": 0.5}, {"acc": 0.7}])
     assert agg["acc"]["mean"] == pytest.approx(0.6)
     assert agg["acc"]["sd"] == pytest.approx(np.std([0.5, 0.7], ddof=1))

@@ -135,3 +135,76 @@ def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):
     card = (tmp_path / "hf" / "README.md").read_text()
     assert card.startswith("# gpt1 export: pre-trained LM") and "No metrics file" in card
     assert not (tmp_path / "hf" / "task_head.json").exists()
+
+
+def _tiny_run(tiny_params, tmp_path):
+    params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
+        update={"n_merges": 40})})
+    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
+    _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    return params
+
+
+def _cli_export(params, tmp_path, out: Path, *flags: str) -> int:
+    params_file = tmp_path / "params.yaml"
+    raw = params.as_dict()
+    raw["paths"]["tokenizer"] = str(tmp_path / "tok")
+    params_file.write_text(json.dumps(raw))
+    return main(["--params", str(params_file), "export-hf", str(tmp_path / "run"), str(out),
+                 *flags])
+
+
+def test_export_refuses_a_non_empty_folder_and_a_file(tiny_params, tmp_path, capsys):
+    """OUT_DIR holding the user's files, or being a file, is refused in one line (exit 2),
+    and left exactly as it was, with nothing hidden beside it."""
+    params = _tiny_run(tiny_params, tmp_path / "w")
+    work = tmp_path / "w"
+    folder, file = work / "mine", work / "notes.txt"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("mine")
+    file.write_text("my notes")
+    before = sorted(p.name for p in work.iterdir())
+    for out, needle in ((folder, "folder is not empty"), (file, "exists and is not a folder")):
+        capsys.readouterr()
+        assert _cli_export(params, work, out) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and str(out) in err[0] and needle in err[0], err
+    assert (folder / "thesis.tex").read_text() == "mine" and file.read_text() == "my notes"
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.tex"]
+    assert sorted(p.name for p in work.iterdir()) == sorted([*before, "params.yaml"])
+    capsys.readouterr()
+    assert _cli_export(params, work, file, "--overwrite") == 2  # a file is never replaced
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert file.read_text() == "my notes"
+
+
+def test_export_overwrite_replaces_only_its_own_files(tiny_params, tmp_path):
+    """--overwrite: the export's files are replaced (a stale task head of an earlier export
+    removed), the user's files stay, no temp or .old path is left beside OUT_DIR."""
+    from gpt1.export import EXPORT_FILES
+
+    params = _tiny_run(tiny_params, tmp_path / "w")
+    work, out = tmp_path / "w", tmp_path / "w" / "hf"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    (out / "task_head.json").write_text("{}")  # as an earlier fine-tuned export left it
+    (out / "config.json").write_text("{}")
+    assert _cli_export(params, work, out, "--overwrite") == 0
+    assert (out / "notes.md").read_text() == "mine"
+    assert not (out / "task_head.json").exists()
+    assert json.loads((out / "config.json").read_text())["model_type"] == "openai-gpt"
+    assert set(p.name for p in out.iterdir()) - {"notes.md"} <= set(EXPORT_FILES)
+    assert sorted(p.name for p in work.iterdir()) == ["hf", "params.yaml", "run", "tok"]
+    idx = torch.randint(0, 10, (1, params.model.n_positions))
+    assert _hf_logits(out, idx).shape[-1] == json.loads((out / "config.json").read_text())[
+        "vocab_size"]
+
+
+def test_export_into_an_empty_folder(tiny_params, tmp_path):
+    params = _tiny_run(tiny_params, tmp_path / "w")
+    out = tmp_path / "w" / "hf"
+    out.mkdir()
+    assert _cli_export(params, tmp_path / "w", out) == 0
+    assert (out / "model.safetensors").is_file()
+    assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["hf", "params.yaml", "run",
+                                                                  "tok"]

@@ -112,6 +112,23 @@ def test_disk_full_mid_write_is_one_line_and_leaves_no_temp(tmp_path):
     assert sorted(p.name for p in dest.parent.iterdir()) == ["table.parquet"]
 
 
+def test_replacing_a_file_or_folder_leaves_nothing_hidden_beside_it(tmp_path):
+    """A directory written over an existing file or directory: the old one goes with the temp
+    path, no `.name.old` (or any other entry) is left beside the destination."""
+    for old in ("file", "folder"):
+        dest = tmp_path / old / "out"
+        dest.parent.mkdir()
+        if old == "file":
+            dest.write_text("old")
+        else:
+            (dest / "sub").mkdir(parents=True)
+        with atomic.atomic_path(dest) as tmp:
+            tmp.mkdir()
+            (tmp / "new.txt").write_text("new")
+        assert sorted(p.name for p in dest.parent.iterdir()) == ["out"]
+        assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
+
+
 def test_stale_temp_of_a_dead_writer_is_removed_by_the_next_write(tmp_path):
     """A writer killed mid-write leaves `.name.<pid>.*.tmp`; the next write of that
     destination removes it, while a live writer's temp path is left alone."""

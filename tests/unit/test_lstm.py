@@ -65,3 +65,39 @@ def test_pretrain_loop_trains_and_resumes_the_lstm(make_params, tmp_path):
     assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     model, loaded = checkpoint.load_model(tmp_path / "a", "h" * 64)
     assert isinstance(model, LSTMLM) and loaded["arch"] == "lstm"
+
+
+def test_bf16_autocast_runs_on_any_cpu(tiny_params, caplog):
+    """Under bf16 autocast the LSTM trains on every x86-64 CPU: where oneDNN has no bf16 LSTM
+    (AVX2-only chips) the layer runs in fp32, said once in the log, never a oneDNN error; the
+    result stays within bf16 rounding of the fp32 model either way."""
+    from gpt1 import lstm
+
+    model = LSTMLM(tiny_params.lstm, VOCAB).eval()
+    idx = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model.lm_logits(model(idx))
+    lstm.cpu_bf16_lstm.cache_clear()
+    with caplog.at_level("WARNING", logger="gpt1.lstm"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = model.lm_logits(model(idx))
+            model.lm_logits(model(idx))  # the probe runs once
+        got.float().sum().backward()
+    said = [r.message for r in caplog.records if "bf16 LSTM" in r.message]
+    assert len(said) == (0 if lstm.cpu_bf16_lstm() else 1)
+    assert said == [] or "runs in fp32" in said[0]
+    torch.testing.assert_close(got.float(), want, atol=0.05, rtol=0.05)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all()
+               for p in model.rnn.parameters())
+
+
+def test_pretrain_loop_runs_the_lstm_in_bf16(make_params, tmp_path):
+    """precision: bf16 set by the user pre-trains the LSTM on any CPU (a few tiny steps)."""
+    params = make_params({"pretrain": {"precision": "bf16", "max_tokens": 640}})
+    meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
+    torch.manual_seed(params.seed)
+    metrics = pretrain(LSTMLM(params.lstm, VOCAB), [_tokens(3000, 1)], [_tokens(1000, 3)],
+                       params, tmp_path / "run", meta, lstm_flops_per_token(params.lstm, VOCAB),
+                       lambda s, m: None)
+    assert metrics["precision"] == "bf16"
+    assert all(torch.isfinite(torch.tensor(h["val_loss"])) for h in metrics["history"])

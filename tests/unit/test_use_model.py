@@ -80,3 +80,58 @@ def test_predict_scores_a_saved_task_model(lm, tmp_path, capsys) -> None:
     assert "finetune.tasks" in capsys.readouterr().err
     with pytest.raises(Gpt1Error, match="run the finetune stage"):
         predict.load_task_model(tmp_path / "absent", params.paths.tokenizer)
+
+
+def _saved(lm, tmp_path: Path, task: str) -> tuple[Path, list[str]]:
+    """A task model for `task` at its default place; the CLI's leading arguments."""
+    params, model, tok = lm
+    model_dir = Path(params.paths.finetuned) / task / predict.MODEL_DIR
+    predict.save_task_model(model_dir, TaskModel(model, TASKS[task], 0.1, 0.02), params, task,
+                            "gpt", tok)
+    params_file = tmp_path / "params.json"
+    params_file.write_text(json.dumps(params.as_dict()))
+    return model_dir, ["--params", str(params_file), "predict"]
+
+
+def _refused(capsys, argv: list[str], *needles: str) -> None:
+    capsys.readouterr()
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and not captured.out, captured
+    assert "internal error" not in lines[0] and all(n in lines[0] for n in needles), lines
+
+
+def test_predict_refuses_a_model_of_another_task(lm, tmp_path, capsys) -> None:
+    """--task sst2 with an RTE model is refused naming --task; without --task the model's own
+    task answers."""
+    rte_dir, cli = _saved(lm, tmp_path, "rte")
+    _refused(capsys, [*cli, "--task", "sst2", "--model-dir", str(rte_dir), "a man sleeps."],
+             "--task sst2", "fine-tuned on rte")
+    assert main([*cli, "--model-dir", str(rte_dir), "a man sleeps.", "--text-b", "he rests."]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["probabilities"]) == set(TASKS["rte"].labels)
+    _refused(capsys, [*cli, "a man sleeps."], "--task")
+
+
+@pytest.mark.parametrize(
+    ("task", "extra", "needles"),
+    [
+        ("rte", [], ("--text-b", "rte compares two texts")),
+        ("rte", ["--text-b", "  "], ("--text-b", "rte compares two texts")),
+        ("mrpc", ["--text-b", "b", "--choices", "x", "y"], ("--choices", "not a multiple")),
+        ("sst2", ["--text-b", "b"], ("--text-b", "sst2 reads one text")),
+        ("race", ["--choices", "a", "b"], ("--choices", "race needs 4 answers", "got 2")),
+        ("story_cloze", [], ("--choices", "story_cloze needs 2 answers", "got 0")),
+    ],
+)
+def test_predict_enforces_each_tasks_inputs(lm, tmp_path, capsys, task, extra, needles) -> None:
+    _, cli = _saved(lm, tmp_path, task)
+    _refused(capsys, [*cli, "--task", task, "a text.", *extra], *needles)
+
+
+def test_predict_accepts_a_choice_task_with_its_answers(lm, tmp_path, capsys) -> None:
+    _, cli = _saved(lm, tmp_path, "story_cloze")
+    assert main([*cli, "--task", "story_cloze", "she baked.", "--choices", "it was good.",
+                 "it flew."]) == 0
+    assert set(json.loads(capsys.readouterr().out)["probabilities"]) == {"1", "2"}
