@@ -1,0 +1,90 @@
+"""`gpt1 relog`: log what stage runs kept while their tracking store was away.
+
+Replays each run's pending records (gpt1.tracking.pending) into the store and run they were
+meant for, in the order they were made, and removes a run's records once all of them landed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from gpt1.config import Params
+from gpt1.errors import Gpt1Error
+from gpt1.tracking import store
+from gpt1.tracking.pending import Pending, all_pending, pending_root
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options: every run under the pending folder is re-logged."""
+
+
+def _replay(client: Any, pending: Pending, run_id: str, op: dict[str, Any]) -> None:
+    """One pending record into run `run_id`."""
+    from mlflow.entities import Metric
+
+    kind = op["op"]
+    if kind == "metrics":
+        client.log_batch(run_id, metrics=[Metric(*row) for row in op["metrics"]])
+    elif kind == "artifact":
+        path = pending.folder / op["file"]
+        if path.is_dir():
+            client.log_artifacts(run_id, str(path), op["artifact_path"])
+        else:
+            client.log_artifact(run_id, str(path), op["artifact_path"])
+    elif kind == "text":
+        client.log_text(run_id, op["text"], op["artifact_file"])
+    elif kind == "model":
+        from gpt1.tracking.pyfunc import log_model_files
+
+        log_model_files(client.tracking_uri, run_id, pending.folder / op["model"],
+                        pending.folder / op["tokenizer"], op["registered_name"],
+                        op["example"], op["outputs"])
+    elif kind == "end":
+        client.set_terminated(run_id, op["status"])
+    else:
+        raise Gpt1Error(f"unknown pending record {kind!r}", pending.folder / "ops.jsonl")
+
+
+def relog_run(pending: Pending) -> int:
+    """Log one run's pending records; returns how many. Gpt1Error when the store is away."""
+    meta = pending.meta()
+    uri, run_id = meta["tracking_uri"], meta["run_id"]
+    client = store.client_for(uri)
+    ops = pending.ops()
+    for done, op in enumerate(ops):
+        try:
+            _replay(client, pending, run_id, op)
+        except Gpt1Error:
+            raise
+        except Exception as err:
+            first = next(iter(str(err).strip().splitlines()), type(err).__name__)
+            _drop_done(pending, ops[done:])
+            raise Gpt1Error(f"tracking store {uri} refused record {done + 1} of run {run_id} "
+                            f"({first[:200]}); run `gpt1 relog` again when it is back",
+                            pending.folder) from None
+    shutil.rmtree(pending.folder)
+    return len(ops)
+
+
+def _drop_done(pending: Pending, left: list[dict[str, Any]]) -> None:
+    """Keep only the records not yet logged, so a second relog logs nothing twice."""
+    text = "".join(json.dumps(op) + "\n" for op in left)
+    (pending.folder / "ops.jsonl").write_text(text, encoding="utf-8")
+
+
+def run(args: argparse.Namespace, params: Params) -> None:
+    runs = all_pending()
+    if not runs:
+        print(f"nothing to re-log ({pending_root()} holds no pending records)")
+        return
+    for pending in runs:
+        count = relog_run(pending)
+        print(f"re-logged {count} records of run {pending.folder.name} "
+              f"({Path(pending.folder)})")

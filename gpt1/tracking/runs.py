@@ -1,0 +1,337 @@
+"""MLflow run lifecycle: open a stage's run, feed it metrics and artifacts, end it.
+
+Stages wrap their work in `start_run(stage, params)` and hand the yielded `on_metrics(step,
+metrics)` sink to their loops; loops never import mlflow. A run nests under the run open in
+this process, the flow's runs ($GPT1_RUN_ID, $GPT1_PARENT_RUN_ID) or the `dvc repro`
+invocation's parent. Step metrics go through MLflow's async logging. All of it is a no-op when
+params.tracking.enabled is false. The metrics JSON files stay the record; MLflow is a view.
+
+Once a run is open, the store going away never fails the stage: the first failed call prints
+one warning, and that call and every later one are kept as pending records (gpt1.tracking.
+pending) for `gpt1 relog`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpt1.config import Params
+from gpt1.errors import Gpt1Error
+from gpt1.tracking import lineage, store
+from gpt1.tracking.pending import RELOG_COMMAND, Pending
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.utils.async_logging.run_operations import RunOperations
+
+log = logging.getLogger(__name__)
+
+MetricsSink = Callable[[int, dict[str, float]], None]
+
+# MLflow limits per log_batch call and per param value.
+MAX_BATCH_METRICS = 1000
+_MAX_BATCH_PARAMS = 100
+_MAX_PARAM_CHARS = 6000
+# Experiment tag read by the MLflow 3 UI: open on the runs table, not the GenAI traces overview.
+_EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+
+
+def _discard(step: int, metrics: dict[str, float]) -> None:
+    """The sink handed out when tracking is disabled."""
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"n_layer": 12}} -> {"model.n_layer": 12}; lists and None stay leaves."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric leaves of a metrics dict, flattened."""
+    return {
+        k: float(v)
+        for k, v in flatten(metrics).items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+@dataclass
+class Run:
+    """One open MLflow run. Step metrics are queued with MLflow's async logging (which batches
+    them in a background thread) and waited for when the run closes. Every call goes through
+    `attempt`: after the first failure the run is `lost` and calls become pending records."""
+
+    client: MlflowClient
+    run_id: str
+    queued: list[tuple[RunOperations, list[list[Any]]]] = field(default_factory=list)
+    lost: Pending | None = None
+
+    def attempt(self, op: dict[str, Any] | Callable[[Pending], dict[str, Any]],
+                call: Callable[[], Any]) -> None:
+        """Run `call`, or keep `op` as a pending record when the store is (or goes) away; a
+        callable `op` builds the record from the pending folder (to keep files in it)."""
+        if self.lost is None:
+            try:
+                call()
+                return
+            except Exception as err:  # any failure of the store: the stage goes on
+                self._lose(err)
+        assert self.lost is not None
+        self.lost.add(op(self.lost) if callable(op) else op)
+
+    def _lose(self, err: Exception) -> None:
+        self.lost = Pending.of(self.client.tracking_uri, self.run_id)
+        first = next(iter(str(err).strip().splitlines()), type(err).__name__)
+        log.warning("tracking store %s lost (%s); the stage goes on and keeps its outputs, "
+                    "what it could not log is in %s; re-log it with `%s`",
+                    self.client.tracking_uri, first[:200], self.lost.folder, RELOG_COMMAND)
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        stamp = int(time.time() * 1000)
+        rows = [[k, float(v), stamp, int(step)] for k, v in metrics.items()]
+        for i in range(0, len(rows), MAX_BATCH_METRICS):
+            self._queue(rows[i : i + MAX_BATCH_METRICS])
+
+    def _queue(self, rows: list[list[Any]]) -> None:
+        from mlflow.entities import Metric
+
+        def submit() -> None:
+            op = self.client.log_batch(self.run_id, metrics=[Metric(*r) for r in rows],
+                                       synchronous=False)
+            if op is not None:
+                self.queued.append((op, rows))
+
+        self.attempt({"op": "metrics", "metrics": rows}, submit)
+
+    def flush(self) -> None:
+        """Wait for the queued metrics; those that did not land become pending records."""
+        queued, self.queued = self.queued, []
+        for op, rows in queued:
+            self.attempt({"op": "metrics", "metrics": rows}, op.wait)
+
+    def log_artifact(self, path: Path, artifact_path: str | None) -> None:
+        def call() -> None:
+            if path.is_dir():
+                self.client.log_artifacts(self.run_id, str(path), artifact_path or path.name)
+            else:
+                self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+        def record(lost: Pending) -> dict[str, Any]:
+            under = artifact_path or (path.name if path.is_dir() else None)
+            return {"op": "artifact", "file": lost.keep(path), "artifact_path": under}
+
+        self.attempt(record, call)
+
+    def end(self, status: str) -> None:
+        self.attempt({"op": "end", "status": status},
+                     lambda: self.client.set_terminated(self.run_id, status))
+
+
+_ACTIVE: list[Run] = []
+
+
+def active() -> Run | None:
+    """The innermost run this process opened with `start_run` / `pipeline_run`, if any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _artifact_root(uri: str) -> str | None:
+    """Artifacts of a sqlite store go beside the database, not into the cwd's ./mlruns."""
+    prefix = "sqlite:///"
+    return (Path(uri[len(prefix) :]).parent / "mlruns").as_uri() if uri.startswith(prefix) else None
+
+
+def _experiment_id(client: MlflowClient, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.tags.get(_EXPERIMENT_KIND[0]) != _EXPERIMENT_KIND[1]:
+            client.set_experiment_tag(exp.experiment_id, *_EXPERIMENT_KIND)
+        return str(exp.experiment_id)
+    root = _artifact_root(client.tracking_uri)
+    try:
+        return str(client.create_experiment(name, f"{root}/{name}" if root else None,
+                                            tags=dict([_EXPERIMENT_KIND])))
+    except Exception:  # created concurrently by another stage: read it back
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return str(exp.experiment_id)
+
+
+def _log_params(client: MlflowClient, run_id: str, values: Mapping[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [
+        Param(k, (v if isinstance(v, str) else json.dumps(v))[:_MAX_PARAM_CHARS])
+        for k, v in sorted(flatten(values).items())
+    ]
+    for i in range(0, len(items), _MAX_BATCH_PARAMS):
+        client.log_batch(run_id, params=items[i : i + _MAX_BATCH_PARAMS])
+
+
+def get_run(client: MlflowClient, run_id: str, source: str) -> Any:
+    """The run `run_id` (Gpt1Error naming `source`, where the id came from, when absent)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException:
+        raise Gpt1Error(f"no MLflow run {run_id!r} in {client.tracking_uri}", source) from None
+
+
+def open_run(
+    client: MlflowClient, params: Params, name: str, parent: str | None, tags: dict[str, str],
+    stage: str | None,
+) -> str:
+    """Create a run; a stage run gets its stage's params sections as params, a pipeline run
+    (stage None) none; both get the full config as the `config.json` artifact."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+    if parent:
+        experiment_id = get_run(client, parent, lineage.PARENT_ENV).info.experiment_id
+        tags = {**tags, MLFLOW_PARENT_RUN_ID: parent}
+    else:
+        experiment_id = _experiment_id(client, params.tracking.experiment)
+    config = params.as_dict()
+    names = lineage.stage_sections(stage) if stage else []
+    own = config if names is None else {k: config[k] for k in names if k in config}
+    tags = {**tags, **lineage.source_tags(params.digest(), stage, own), MLFLOW_RUN_NAME: name}
+    run_id = str(client.create_run(experiment_id, run_name=name, tags=tags).info.run_id)
+    _log_params(client, run_id, own)
+    client.log_dict(run_id, config, "config.json")
+    return run_id
+
+
+def _active_run_id() -> str | None:
+    """The innermost run open in this process: ours, else one opened with mlflow.start_run."""
+    if _ACTIVE:
+        return _ACTIVE[-1].run_id
+    import mlflow
+
+    run = mlflow.active_run()
+    return None if run is None else str(run.info.run_id)
+
+
+@contextlib.contextmanager
+def ended(run: Run) -> Iterator[None]:
+    """End the run FINISHED, or FAILED / KILLED when the block raises."""
+    status = "FAILED"
+    try:
+        yield
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        run.end(status)
+
+
+@contextlib.contextmanager
+def open_active(
+    params: Params, name: str, parent: str | None, tags: dict[str, str], attach: str | None,
+    stage: str | None = None,
+) -> Iterator[Run]:
+    """Create (or attach to) a run and make it the innermost open one while the block runs.
+
+    A created run is ended by the block; an attached one is left to whoever opened it.
+    """
+    client = store.client(params)
+    if attach:
+        get_run(client, attach, lineage.STAGE_RUN_ENV)
+    run = Run(client, attach or open_run(client, params, name, parent, tags, stage))
+    log.info("MLflow run %s (%s) in %s", run.run_id, name, client.tracking_uri)
+    _ACTIVE.append(run)
+    try:
+        with contextlib.nullcontext() if attach else ended(run):
+            try:
+                yield run
+            finally:
+                run.flush()  # the queued metrics land before the run ends
+    finally:
+        _ACTIVE.remove(run)
+
+
+@contextlib.contextmanager
+def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
+    """Open an MLflow run for one stage and yield its `on_metrics(step, metrics)` sink.
+
+    Nests under the run open in this process, else logs into $GPT1_RUN_ID (the stage run the
+    flow opened), else nests under $GPT1_PARENT_RUN_ID, else is a top-level run. A created run
+    gets the flattened params and ends FINISHED, or FAILED / KILLED when the block raises.
+    Under `dvc repro` with none of these, it nests under the invocation's parent run.
+    Step metrics are logged asynchronously and waited for on exit.
+    """
+    if not params.tracking.enabled:
+        yield _discard
+        return
+    running = _active_run_id()
+    where = lineage.stage_name() or stage  # the DVC stage whose params sections the run logs
+    attach = None if running else os.environ.get(lineage.STAGE_RUN_ENV)
+    parent = running or os.environ.get(lineage.PARENT_ENV)
+    if not (attach or parent) and os.environ.get("DVC_STAGE"):
+        with _repro_parent(params) as repro:
+            with open_active(params, stage, repro, {"gpt1.stage": stage}, None, where) as run:
+                yield run.on_metrics
+        return
+    with open_active(params, stage, parent, {"gpt1.stage": stage}, attach, where) as run:
+        yield run.on_metrics
+
+
+@contextlib.contextmanager
+def _repro_parent(params: Params) -> Iterator[str | None]:
+    """The parent run shared by the stages of one `dvc repro` invocation (None without one).
+    It is RUNNING while a stage runs and ends with the last stage's status."""
+    key = lineage.repro_invocation()
+    if key is None:
+        yield None
+        return
+    client = store.client(params)
+    parent = lineage.repro_parent_id(
+        client.tracking_uri, key,
+        lambda: open_run(client, params, "dvc repro", None,
+                         {"gpt1.pipeline": "dvc repro", "gpt1.repro": key}, None),
+        lambda run_id: client.update_run(run_id, status="RUNNING"))
+    with ended(Run(client, parent)):
+        yield parent
+
+
+def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
+    """Copy a file or directory into the innermost open run's artifacts (no-op without one)."""
+    if not _ACTIVE:
+        return
+    path = Path(path)
+    if not path.exists():
+        raise Gpt1Error("artifact to log does not exist", path)
+    _ACTIVE[-1].log_artifact(path, artifact_path)
+
+
+def log_text(text: str, artifact_file: str) -> None:
+    """Store `text` as an artifact file of the innermost open run (no-op without one)."""
+    if _ACTIVE:
+        run = _ACTIVE[-1]
+        run.attempt({"op": "text", "text": text, "artifact_file": artifact_file},
+                    lambda: run.client.log_text(run.run_id, text, artifact_file))
+
+
+def log_summary(metrics: Mapping[str, Any]) -> None:
+    """Log the numeric leaves of a metrics dict (e.g. the stage's metrics JSON) on the open run.
+
+    Nested keys are joined with "." ({"scores": {"acc": {"mean": .8}}} -> "scores.acc.mean").
+    """
+    values = numeric(metrics)
+    if _ACTIVE and values:
+        _ACTIVE[-1].on_metrics(0, values)
