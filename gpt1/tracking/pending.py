@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ class Pending:
         (folder / "files").mkdir(parents=True, exist_ok=True)
         meta = folder / "run.json"
         if not meta.is_file():
-            meta.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id}), encoding="utf-8")
+            meta.write_text(json.dumps({"tracking_uri": uri, "run_id": run_id,
+                                        "created_ns": time.time_ns()}), encoding="utf-8")
         return cls(folder)
 
     def add(self, op: dict[str, Any]) -> None:
@@ -64,8 +66,16 @@ class Pending:
             _link_or_copy(str(source), str(target))
         return str(target.relative_to(self.folder))
 
-    def meta(self) -> dict[str, str]:
+    def meta(self) -> dict[str, Any]:
         return dict(json.loads((self.folder / "run.json").read_text(encoding="utf-8")))
+
+    def set_meta(self, meta: dict[str, Any]) -> None:
+        (self.folder / "run.json").write_text(json.dumps(meta), encoding="utf-8")
+
+    def set_ops(self, ops: list[dict[str, Any]]) -> None:
+        """Replace the records (with those not yet logged)."""
+        text = "".join(json.dumps(op) + "\n" for op in ops)
+        (self.folder / "ops.jsonl").write_text(text, encoding="utf-8")
 
     def ops(self) -> list[dict[str, Any]]:
         lines = (self.folder / "ops.jsonl")
@@ -76,9 +86,9 @@ class Pending:
 
 
 def all_pending() -> list[Pending]:
-    """Every run with pending records, oldest first."""
+    """Every run with pending records, oldest first (an enclosing run before its children)."""
     root = pending_root()
     if not root.is_dir():
         return []
-    folders = [d for d in root.iterdir() if (d / "run.json").is_file()]
-    return [Pending(d) for d in sorted(folders, key=lambda d: d.stat().st_mtime)]
+    runs = [Pending(d) for d in root.iterdir() if (d / "run.json").is_file()]
+    return sorted(runs, key=lambda p: int(p.meta().get("created_ns", 0)))

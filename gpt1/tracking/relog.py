@@ -7,7 +7,6 @@ meant for, in the order they were made, and removes a run's records once all of 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import shutil
 from pathlib import Path
@@ -17,6 +16,7 @@ from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tracking import store
 from gpt1.tracking.pending import Pending, all_pending, pending_root
+from gpt1.tracking.runs import create_run
 
 log = logging.getLogger(__name__)
 
@@ -52,31 +52,41 @@ def _replay(client: Any, pending: Pending, run_id: str, op: dict[str, Any]) -> N
         raise Gpt1Error(f"unknown pending record {kind!r}", pending.folder / "ops.jsonl")
 
 
-def relog_run(pending: Pending) -> int:
-    """Log one run's pending records; returns how many. Gpt1Error when the store is away."""
+def _create(client: Any, spec: dict[str, Any], created: dict[str, str]) -> str:
+    """Create a run that was never opened; its parent may be one created earlier here."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    parent = created.get(spec["parent"], spec["parent"])
+    tags = {**spec["tags"], **({MLFLOW_PARENT_RUN_ID: parent} if parent else {})}
+    return create_run(client, {**spec, "parent": parent, "tags": tags})
+
+
+def relog_run(pending: Pending, created: dict[str, str]) -> int:
+    """Log one run's pending records; returns how many. A run created here is added to
+    `created` (local id -> run id). Gpt1Error when the store refuses a record."""
     meta = pending.meta()
     uri, run_id = meta["tracking_uri"], meta["run_id"]
     client = store.client_for(uri)
     ops = pending.ops()
     for done, op in enumerate(ops):
         try:
-            _replay(client, pending, run_id, op)
+            if op["op"] == "create":
+                created[run_id] = run_id = _create(client, op, created)
+                pending.set_meta({**meta, "run_id": run_id})
+            else:
+                _replay(client, pending, run_id, op)
         except Gpt1Error:
             raise
         except Exception as err:
             first = next(iter(str(err).strip().splitlines()), type(err).__name__)
-            _drop_done(pending, ops[done:])
+            pending.set_ops(ops[done:])  # so a second relog logs nothing twice
             raise Gpt1Error(f"tracking store {uri} refused record {done + 1} of run {run_id} "
                             f"({first[:200]}); run `gpt1 relog` again when it is back",
                             pending.folder) from None
+        if op["op"] == "create":
+            pending.set_ops(ops[done + 1:])
     shutil.rmtree(pending.folder)
     return len(ops)
-
-
-def _drop_done(pending: Pending, left: list[dict[str, Any]]) -> None:
-    """Keep only the records not yet logged, so a second relog logs nothing twice."""
-    text = "".join(json.dumps(op) + "\n" for op in left)
-    (pending.folder / "ops.jsonl").write_text(text, encoding="utf-8")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
@@ -84,7 +94,8 @@ def run(args: argparse.Namespace, params: Params) -> None:
     if not runs:
         print(f"nothing to re-log ({pending_root()} holds no pending records)")
         return
+    created: dict[str, str] = {}
     for pending in runs:
-        count = relog_run(pending)
+        count = relog_run(pending, created)
         print(f"re-logged {count} records of run {pending.folder.name} "
               f"({Path(pending.folder)})")

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,12 +90,17 @@ class Run:
                 call()
                 return
             except Exception as err:  # any failure of the store: the stage goes on
-                self._lose(err)
+                self.lose(err)
         assert self.lost is not None
         self.lost.add(op(self.lost) if callable(op) else op)
 
-    def _lose(self, err: Exception) -> None:
+    def lose(self, err: Exception) -> None:
+        """The store failed: from now on this run's calls are pending records. The first
+        run of the process to lose its store says so in one warning."""
         self.lost = Pending.of(self.client.tracking_uri, self.run_id)
+        if _WARNED:
+            return
+        _WARNED.append(self.client.tracking_uri)
         first = next(iter(str(err).strip().splitlines()), type(err).__name__)
         log.warning("tracking store %s lost (%s); the stage goes on and keeps its outputs, "
                     "what it could not log is in %s; re-log it with `%s`",
@@ -141,7 +147,11 @@ class Run:
                      lambda: self.client.set_terminated(self.run_id, status))
 
 
+_WARNED: list[str] = []
+"""The store this process warned about losing (one warning per process)."""
 _ACTIVE: list[Run] = []
+UNOPENED = "unopened-"
+"""Prefix of the local id of a run that could not be created: `gpt1 relog` creates it."""
 
 
 def active() -> Run | None:
@@ -193,27 +203,60 @@ def get_run(client: MlflowClient, run_id: str, source: str) -> Any:
         raise Gpt1Error(f"no MLflow run {run_id!r} in {client.tracking_uri}", source) from None
 
 
-def open_run(
-    client: MlflowClient, params: Params, name: str, parent: str | None, tags: dict[str, str],
-    stage: str | None,
-) -> str:
-    """Create a run; a stage run gets its stage's params sections as params, a pipeline run
-    (stage None) none; both get the full config as the `config.json` artifact."""
+def run_spec(params: Params, name: str, parent: str | None, tags: dict[str, str],
+             stage: str | None) -> dict[str, Any]:
+    """What creating a run logs: a stage run gets its stage's params sections as params, a
+    pipeline run (stage None) none; both get the full config as the `config.json` artifact."""
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-    if parent:
-        experiment_id = get_run(client, parent, lineage.PARENT_ENV).info.experiment_id
-        tags = {**tags, MLFLOW_PARENT_RUN_ID: parent}
-    else:
-        experiment_id = _experiment_id(client, params.tracking.experiment)
     config = params.as_dict()
     names = lineage.stage_sections(stage) if stage else []
     own = config if names is None else {k: config[k] for k in names if k in config}
     tags = {**tags, **lineage.source_tags(params.digest(), stage, own), MLFLOW_RUN_NAME: name}
-    run_id = str(client.create_run(experiment_id, run_name=name, tags=tags).info.run_id)
-    _log_params(client, run_id, own)
-    client.log_dict(run_id, config, "config.json")
+    if parent:
+        tags[MLFLOW_PARENT_RUN_ID] = parent
+    return {"experiment": params.tracking.experiment, "parent": parent, "name": name,
+            "tags": tags, "params": own, "config": config}
+
+
+def create_run(client: MlflowClient, spec: dict[str, Any]) -> str:
+    """Create the run `spec` (from run_spec) describes; returns its id."""
+    if spec["parent"]:
+        experiment_id = get_run(client, spec["parent"], lineage.PARENT_ENV).info.experiment_id
+    else:
+        experiment_id = _experiment_id(client, spec["experiment"])
+    run_id = str(client.create_run(experiment_id, run_name=spec["name"],
+                                   tags=spec["tags"]).info.run_id)
+    _log_params(client, run_id, spec["params"])
+    client.log_dict(run_id, spec["config"], "config.json")
     return run_id
+
+
+def open_run(
+    client: MlflowClient, params: Params, name: str, parent: str | None, tags: dict[str, str],
+    stage: str | None,
+) -> str:
+    """Create a run (see run_spec) and return its id."""
+    return create_run(client, run_spec(params, name, parent, tags, stage))
+
+
+def _created(client: MlflowClient, spec: dict[str, Any], within: Run | None) -> Run:
+    """The run of `spec`; when the store is away (or the enclosing run `within` lost it), a
+    run known only by a local id, whose creation is its first pending record."""
+    local = f"{UNOPENED}{uuid.uuid4().hex}"
+    if within is not None and within.lost is not None:
+        run = Run(client, local, lost=Pending.of(client.tracking_uri, local))
+    else:
+        try:
+            return Run(client, create_run(client, spec))
+        except Gpt1Error:
+            raise
+        except Exception as err:  # the store went away after the stage started
+            run = Run(client, local)
+            run.lose(err)
+    assert run.lost is not None
+    run.lost.add({"op": "create", **spec})
+    return run
 
 
 def _active_run_id() -> str | None:
@@ -250,9 +293,13 @@ def open_active(
     A created run is ended by the block; an attached one is left to whoever opened it.
     """
     client = store.client(params)
+    if not _ACTIVE:
+        _WARNED.clear()  # one warning per outermost run
     if attach:
         get_run(client, attach, lineage.STAGE_RUN_ENV)
-    run = Run(client, attach or open_run(client, params, name, parent, tags, stage))
+        run = Run(client, attach)
+    else:
+        run = _created(client, run_spec(params, name, parent, tags, stage), active())
     log.info("MLflow run %s (%s) in %s", run.run_id, name, client.tracking_uri)
     _ACTIVE.append(run)
     try:

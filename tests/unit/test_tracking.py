@@ -230,8 +230,13 @@ def test_malformed_uri_in_params_names_the_key(uri, problem, tmp_path, capsys) -
     assert not (tmp_path / "data").exists()
 
 
-def _fail_after_open(monkeypatch) -> None:
-    """The store goes away once the stage's run is open: every later call fails."""
+_STORE_CALLS = ("create_run", "log_batch", "log_artifact", "log_artifacts", "log_text",
+                "set_terminated")
+
+
+def _lose_store(monkeypatch, at_open: bool) -> None:
+    """The store goes away after the stage started: before its run is created (at_open), or
+    once it is open; every later call fails."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -240,20 +245,26 @@ def _fail_after_open(monkeypatch) -> None:
     def gone(*args, **kwargs):
         raise MlflowException("API request failed: Connection refused")
 
-    opened = runs.open_run
-
-    def open_then_lose(*args, **kwargs):
-        run_id = opened(*args, **kwargs)
-        for name in ("log_batch", "log_artifact", "log_artifacts", "log_text",
-                     "set_terminated"):
+    def lose() -> None:
+        for name in _STORE_CALLS:
             monkeypatch.setattr(MlflowClient, name, gone)
+
+    if at_open:
+        lose()
+        return
+    opened = runs.create_run
+
+    def create_then_lose(*args, **kwargs):
+        run_id = opened(*args, **kwargs)
+        lose()
         return run_id
 
-    monkeypatch.setattr(runs, "open_run", open_then_lose)
+    monkeypatch.setattr(runs, "create_run", create_then_lose)
 
 
+@pytest.mark.parametrize("at_open", [False, True], ids=["after_open", "at_open"])
 def test_store_lost_mid_stage_keeps_outputs_and_relog_logs_the_rest(
-    tmp_path, monkeypatch, caplog, capsys
+    at_open, tmp_path, monkeypatch, caplog, capsys
 ) -> None:
     from mlflow import MlflowClient
 
@@ -263,7 +274,7 @@ def test_store_lost_mid_stage_keeps_outputs_and_relog_logs_the_rest(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     params_file = _stage_params(tmp_path, uri)
     with monkeypatch.context() as outage:
-        _fail_after_open(outage)
+        _lose_store(outage, at_open)
         assert main(["--params", str(params_file), "download_corpus"]) == 0
     assert (tmp_path / "data" / "raw" / "manifest.json").is_file()
     assert (tmp_path / "reports" / "metrics" / "download_corpus.json").is_file()
@@ -272,17 +283,19 @@ def test_store_lost_mid_stage_keeps_outputs_and_relog_logs_the_rest(
     assert len(warned) == 1 and "gpt1 relog" in warned[0] and uri in warned[0]
     (pending,) = (tmp_path / "mlflow-pending").iterdir()
     ops = [json.loads(line)["op"] for line in (pending / "ops.jsonl").read_text().splitlines()]
-    assert ops == ["metrics", "artifact", "artifact", "end"]
+    assert ops == ["create"] * at_open + ["metrics", "artifact", "artifact", "end"]
     client = MlflowClient(tracking_uri=uri)
-    run = client.get_run(pending.name)
-    assert run.info.status == "RUNNING" and run.data.metrics == {}
+    if not at_open:
+        run = client.get_run(pending.name)
+        assert run.info.status == "RUNNING" and run.data.metrics == {}
 
     capsys.readouterr()
     assert main(["relog"]) == 0
-    assert f"re-logged 4 records of run {pending.name}" in capsys.readouterr().out
-    run = client.get_run(pending.name)
+    assert f"re-logged {len(ops)} records of run {pending.name}" in capsys.readouterr().out
+    (run,) = client.search_runs([client.get_experiment_by_name("gpt1").experiment_id])
     assert run.info.status == "FINISHED" and run.data.metrics == {"files": 2.0}
-    assert sorted(a.path for a in client.list_artifacts(pending.name)) == [
+    assert run.data.params["data.source"]  # the stage's params sections, also when created late
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == [
         "config.json", "download_corpus.info.json", "download_corpus.json"]
     assert not pending.exists()
     assert main(["relog"]) == 0
