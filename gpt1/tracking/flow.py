@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from gpt1.config import Params
+from gpt1.errors import Gpt1Error
 from gpt1.tracking import store
-from gpt1.tracking.runs import MAX_BATCH_METRICS, Run, ended, numeric, open_active, open_run
+from gpt1.tracking.runs import Run, ended, numeric, open_active, open_run
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -42,7 +45,14 @@ def stage_run(stage: str, params: Params, parent: str | None) -> Iterator[str | 
         yield None
         return
     client = store.client(params)
-    run_id = open_run(client, params, stage, parent, {"gpt1.stage": stage}, stage)
+    try:
+        run_id = open_run(client, params, stage, parent, {"gpt1.stage": stage}, stage)
+    except Gpt1Error:
+        raise
+    except Exception as err:  # the store is away: the stage checks it and opens its own run
+        log.warning("stage %s: no flow-side run (%s)", stage, str(err).strip()[:200])
+        yield None
+        return
     with ended(Run(client, run_id)):
         yield run_id
 
@@ -50,20 +60,17 @@ def stage_run(stage: str, params: Params, parent: str | None) -> Iterator[str | 
 def record_stage(
     params: Params, run_id: str, metrics_files: list[Path], tags: Mapping[str, str]
 ) -> None:
-    """Log a finished stage's metrics JSON files (numeric leaves + the files) and tags."""
-    from mlflow.entities import Metric, RunTag
-
-    client = store.client(params)
-    stamp = int(time.time() * 1000)
-    metrics: list[Metric] = []
+    """Log a finished stage's metrics JSON files (numeric leaves + the files) and tags; what
+    the store does not take becomes pending records for `gpt1 relog`."""
+    run = Run(store.client(params), run_id)
+    values: dict[str, float] = {}
     for path in metrics_files:
         if path.is_file():
-            client.log_artifact(run_id, str(path), "metrics")
-            values = numeric(json.loads(path.read_text(encoding="utf-8")))
-            metrics += [Metric(k, v, stamp, 0) for k, v in values.items()]
-    for i in range(0, max(len(metrics), 1), MAX_BATCH_METRICS):
-        client.log_batch(run_id, metrics=metrics[i : i + MAX_BATCH_METRICS],
-                         tags=[RunTag(k, v) for k, v in tags.items()] if i == 0 else [])
+            run.log_artifact(path, "metrics")
+            values.update(numeric(json.loads(path.read_text(encoding="utf-8"))))
+    run.set_tags(dict(tags))
+    run.on_metrics(0, values)
+    run.flush()
 
 
 def run_url(params: Params, run_id: str) -> str:

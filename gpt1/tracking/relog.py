@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _replay(client: Any, pending: Pending, run_id: str, op: dict[str, Any]) -> None:
     """One pending record into run `run_id`."""
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, RunTag
 
     kind = op["op"]
     if kind == "metrics":
@@ -38,6 +38,8 @@ def _replay(client: Any, pending: Pending, run_id: str, op: dict[str, Any]) -> N
             client.log_artifacts(run_id, str(path), op["artifact_path"])
         else:
             client.log_artifact(run_id, str(path), op["artifact_path"])
+    elif kind == "tags":
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in op["tags"].items()])
     elif kind == "text":
         client.log_text(run_id, op["text"], op["artifact_file"])
     elif kind == "model":

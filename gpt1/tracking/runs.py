@@ -142,6 +142,13 @@ class Run:
 
         self.attempt(record, call)
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        if tags:
+            self.attempt({"op": "tags", "tags": tags}, lambda: self.client.log_batch(
+                self.run_id, tags=[RunTag(k, v) for k, v in tags.items()]))
+
     def end(self, status: str) -> None:
         self.attempt({"op": "end", "status": status},
                      lambda: self.client.set_terminated(self.run_id, status))

@@ -317,3 +317,24 @@ def test_relog_with_the_store_still_away_keeps_the_records(tmp_path, monkeypatch
     line = _one_line(capsys)
     assert uri in line and "run `gpt1 relog` again" in line
     assert pending.ops() == [{"op": "end", "status": "FINISHED"}]
+
+
+def test_flow_records_a_stage_while_the_store_is_away(on_params, tmp_path, monkeypatch) -> None:
+    from gpt1.tracking.pending import all_pending
+
+    monkeypatch.chdir(tmp_path)
+    with tracking.pipeline_run("flow", on_params, {}) as parent:
+        pass
+    with tracking.stage_run("shard_corpus", on_params, parent) as run_id:
+        assert run_id
+        metrics = tmp_path / "shard_corpus.json"
+        metrics.write_text('{"tokens": 900}')
+        with monkeypatch.context() as outage:
+            _lose_store(outage, at_open=True)
+            tracking.record_stage(on_params, run_id, [metrics], {"gpt1.dvc": "ran"})
+    (pending,) = all_pending()
+    assert pending.meta()["run_id"] == run_id
+    assert [op["op"] for op in pending.ops()] == ["artifact", "tags", "metrics"]
+    assert main(["--params", str(_stage_params(tmp_path, None)), "relog"]) == 0
+    (child,) = tracking.child_runs(on_params, parent)
+    assert child["metrics"] == {"tokens": 900.0} and child["status"] == "FINISHED"
