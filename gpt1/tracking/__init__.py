@@ -4,6 +4,7 @@
            client with bounded HTTP retries
 - lineage: where a run comes from: DVC stage and params sections, git commit, the parent run
            of a `dvc repro` invocation
+- create:  creating a run: experiment, lineage tags, the stage's params sections, config
 - runs:    a stage's run: open, metrics sink, artifacts, end; a store lost mid-stage becomes
            pending records instead of a failed stage
 - pending: the pending records of runs whose store went away
@@ -14,6 +15,7 @@
 Callers use the names below (`from gpt1 import tracking; tracking.start_run(...)`).
 """
 
+from gpt1.tracking.create import flatten
 from gpt1.tracking.flow import child_runs, pipeline_run, record_stage, run_url, stage_run
 from gpt1.tracking.lineage import (
     PARENT_ENV,
@@ -27,7 +29,6 @@ from gpt1.tracking.lineage import (
 from gpt1.tracking.pyfunc import log_model, pyfunc_model
 from gpt1.tracking.runs import (
     MetricsSink,
-    flatten,
     log_artifact,
     log_summary,
     log_text,

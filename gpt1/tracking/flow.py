@@ -14,7 +14,8 @@ from typing import Any
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tracking import store
-from gpt1.tracking.runs import Run, ended, numeric, open_active, open_run
+from gpt1.tracking.create import open_run
+from gpt1.tracking.runs import Run, ended, numeric, open_active
 
 log = logging.getLogger(__name__)
 

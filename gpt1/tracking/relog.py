@@ -15,8 +15,8 @@ from typing import Any
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tracking import store
+from gpt1.tracking.create import create_run
 from gpt1.tracking.pending import Pending, all_pending, pending_root
-from gpt1.tracking.runs import create_run
 
 log = logging.getLogger(__name__)
 
