@@ -250,18 +250,25 @@ def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
 
 @contextlib.contextmanager
 def _repro_parent(params: Params) -> Iterator[str | None]:
-    """The parent run shared by the stages of one `dvc repro` invocation (None without one).
-    It is RUNNING while a stage runs and ends with the last stage's status."""
+    """The parent run shared by the stages of one `dvc repro` invocation (None without one,
+    or when the store is away: the stage's run, kept pending, is then a top-level run). It is
+    RUNNING while a stage runs and ends with the last stage's status."""
     key = lineage.repro_invocation()
     if key is None:
         yield None
         return
     client = store.client(params)
-    parent = lineage.repro_parent_id(
-        client.tracking_uri, key,
-        lambda: open_run(client, params, "dvc repro", None,
-                         {"gpt1.pipeline": "dvc repro", "gpt1.repro": key}, None),
-        lambda run_id: client.update_run(run_id, status="RUNNING"))
+    try:
+        parent = lineage.repro_parent_id(
+            client.tracking_uri, key,
+            lambda: open_run(client, params, "dvc repro", None,
+                             {"gpt1.pipeline": "dvc repro", "gpt1.repro": key}, None),
+            lambda run_id: client.update_run(run_id, status="RUNNING"))
+    except Gpt1Error:
+        raise
+    except Exception:  # the store went away: the stage's own run records it
+        yield None
+        return
     with ended(Run(client, parent)):
         yield parent
 

@@ -221,8 +221,9 @@ def test_malformed_uri_in_the_environment_names_the_variable(uri, problem, tmp_p
     assert not (tmp_path / "data").exists()
 
 
-@pytest.mark.parametrize(("uri", "problem"), [("bogus://x", "not a database or server URI"),
-                                              ("http://:80", "malformed")])
+@pytest.mark.parametrize(("uri", "problem"), [
+    ("bogus://x", "not a database or server URI"), ("http://:80", "malformed"),
+    ("sqlite:////nonexistent-gpt1-folder/mlflow.db", "does not exist")])
 def test_malformed_uri_in_params_names_the_key(uri, problem, tmp_path, capsys) -> None:
     assert main(["--params", str(_stage_params(tmp_path, uri)), "download_corpus"]) == 2
     line = _one_line(capsys)
