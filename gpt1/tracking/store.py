@@ -50,8 +50,8 @@ def tracking_uri(params: Params) -> str:
         return f"{prefix}{repo_root() / uri[len(prefix):]}"
     if not TRACKING_STORE_URI.match(uri):
         raise Gpt1Error(
-            f"tracking URI {uri!r} is not a database or server URI (the MLflow file store is "
-            "deprecated); use sqlite:///... or http://host:port", uri_source(params))
+            f"tracking URI {uri!r} is not a database or server URI; use sqlite:///... or "
+            "http://host:port (MLflow's file store is deprecated)", uri_source(params))
     return uri
 
 
