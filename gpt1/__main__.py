@@ -63,7 +63,8 @@ tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
 TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
-                         "generate": "gpt1.generate", "predict": "gpt1.predict"}
+                         "generate": "gpt1.generate", "predict": "gpt1.predict",
+                         "relog": "gpt1.tracking.relog"}
 
 
 def quiet_telemetry() -> None:
@@ -142,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
     """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
+    from gpt1 import tracking
+
+    tracking.check_store(params)  # an unusable tracking store stops the stage before its work
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import records, stages
 

@@ -318,8 +318,12 @@ class TasksCfg(Section):
     multiple-choice context the question is kept whole and the passage is cut."""
 
 
+TRACKING_STORE_URI = re.compile(r"^(sqlite|https?|postgresql|mysql)[+\w]*://")
+"""The tracking stores gpt1 logs to: a database or a server (never MLflow's file store)."""
+
+
 class TrackingCfg(Section):
-    """MLflow experiment tracking (gpt1/tracking.py); changes no result, only what is recorded."""
+    """MLflow experiment tracking (gpt1/tracking/); changes no result, only what is recorded."""
 
     enabled: bool
     """Log params, step metrics and artifacts of every stage to MLflow."""
@@ -333,8 +337,7 @@ class TrackingCfg(Section):
 
     @model_validator(mode="after")
     def _no_file_store(self) -> TrackingCfg:
-        db_or_server = r"^(sqlite|https?|postgresql|mysql)[+\w]*://"
-        if self.uri is not None and not re.match(db_or_server, self.uri):
+        if self.uri is not None and not TRACKING_STORE_URI.match(self.uri):
             raise ValueError(
                 f"tracking.uri: {self.uri!r} is not a database or server URI "
                 "(the MLflow file store is deprecated; use sqlite:///... or http://...)"

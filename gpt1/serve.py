@@ -36,6 +36,7 @@ import psutil
 from gpt1 import atomic, tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
+from gpt1.repo import repo_root
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prefect_home() -> Path:
     """$PREFECT_HOME, else <repo>/.prefect (kept out of git)."""
-    return Path(os.environ.get("PREFECT_HOME") or tracking.repo_root() / ".prefect").resolve()
+    return Path(os.environ.get("PREFECT_HOME") or repo_root() / ".prefect").resolve()
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 serve [--stop]`."""
     if args.stop:
         stop(prefect_home() / STATE_FILE, args.timeout)
-        remove_settings(tracking.repo_root())
+        remove_settings(repo_root())
     else:
         start(params, args.prefect_port, not args.no_ui, args.timeout)
 
@@ -133,7 +134,7 @@ def _cli(name: str) -> str:
 
 def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[str, Any]:
     """Start (or complete) the local stack; returns the state written to the state file."""
-    root, home = tracking.repo_root(), prefect_home()
+    root, home = repo_root(), prefect_home()
     home.mkdir(parents=True, exist_ok=True)
     path = home / STATE_FILE
     state = _read_state(path)

@@ -220,6 +220,7 @@ def gpt1_pipeline(
     the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy)."""
     logger = get_run_logger()
     root, params = workspace_for(Path.cwd(), params_path)
+    tracking.check_store(params)  # before any stage runs: an unusable store is one line
     logger.info("working directory %s, params %s", root, params_path)
     plan = select(read_plan(root), stages)
     logger.info("stages: %s", ", ".join(s.name for s in plan))

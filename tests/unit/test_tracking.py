@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
 
 import pytest
+import yaml
+from data_fixtures import write_corpus
 
 from gpt1 import tracking
+from gpt1.__main__ import main
 from gpt1.config import ParamsError
 from gpt1.errors import Gpt1Error
+from gpt1.repo import repo_root
+from tests.conftest import make_params_dict
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +113,7 @@ def test_unknown_parent_run_is_one_line_error(on_params, monkeypatch) -> None:
 
 def test_uri_resolution(make_params, monkeypatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    root = tracking.repo_root()
+    root = repo_root()
     assert (root / "dvc.yaml").exists() or (root / ".dvc").is_dir()
     params = make_params({"tracking": {"enabled": True}})
     assert tracking.tracking_uri(params) == f"sqlite:///{root / 'mlflow.db'}"
@@ -161,3 +168,174 @@ def test_flow_stage_run_is_used_by_the_stage_subprocess(on_params, tmp_path, mon
     assert inner["stage"] == "seed0"
     with tracking.stage_run("x", on_params, None) as none:
         assert none is None
+
+
+# ------------------------------------------------------------------ store outages
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stage_params(tmp_path: Path, uri: str | None) -> Path:
+    write_corpus(tmp_path / "mirror", n_books=2, n_paragraphs=1)
+    raw = make_params_dict(tmp_path, {"tracking": {"enabled": True, "uri": uri}})
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("source", ["tracking.uri", "MLFLOW_TRACKING_URI"])
+def test_unreachable_store_stops_the_stage_in_seconds_before_any_output(
+    source, tmp_path, monkeypatch, capsys
+) -> None:
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    params_file = _stage_params(tmp_path, uri if source == "tracking.uri" else None)
+    started = time.perf_counter()
+    assert main(["--params", str(params_file), "download_corpus"]) == 2
+    assert time.perf_counter() - started < 10
+    line = _one_line(capsys)
+    assert line.startswith("gpt1 download_corpus: error: ")
+    assert f"tracking URI '{uri}' (from {source})" in line and "not reachable" in line
+    assert not (tmp_path / "data").exists() and not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize(("uri", "problem"), [("bogus://x", "not a database or server URI"),
+                                              ("http://", "malformed")])
+def test_malformed_uri_in_the_environment_names_the_variable(uri, problem, tmp_path,
+                                                             monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert main(["--params", str(_stage_params(tmp_path, None)), "download_corpus"]) == 2
+    line = _one_line(capsys)
+    assert "MLFLOW_TRACKING_URI" in line and uri in line and problem in line
+    assert "internal error" not in line
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(("uri", "problem"), [
+    ("bogus://x", "not a database or server URI"), ("http://:80", "malformed"),
+    ("sqlite:////nonexistent-gpt1-folder/mlflow.db", "does not exist")])
+def test_malformed_uri_in_params_names_the_key(uri, problem, tmp_path, capsys) -> None:
+    assert main(["--params", str(_stage_params(tmp_path, uri)), "download_corpus"]) == 2
+    line = _one_line(capsys)
+    assert "tracking.uri" in line and uri in line and problem in line
+    assert not (tmp_path / "data").exists()
+
+
+_STORE_CALLS = ("create_run", "log_batch", "log_artifact", "log_artifacts", "log_text",
+                "set_terminated")
+
+
+def _lose_store(monkeypatch, at_open: bool) -> None:
+    """The store goes away after the stage started: before its run is created (at_open), or
+    once it is open; every later call fails."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from gpt1.tracking import runs
+
+    def gone(*args, **kwargs):
+        raise MlflowException("API request failed: Connection refused")
+
+    def lose() -> None:
+        for name in _STORE_CALLS:
+            monkeypatch.setattr(MlflowClient, name, gone)
+
+    if at_open:
+        lose()
+        return
+    opened = runs.create_run
+
+    def create_then_lose(*args, **kwargs):
+        run_id = opened(*args, **kwargs)
+        lose()
+        return run_id
+
+    monkeypatch.setattr(runs, "create_run", create_then_lose)
+
+
+@pytest.mark.parametrize("at_open", [False, True], ids=["after_open", "at_open"])
+def test_store_lost_mid_stage_keeps_outputs_and_relog_logs_the_rest(
+    at_open, tmp_path, monkeypatch, caplog, capsys
+) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(tmp_path)  # the pending records go under the repo root: here
+    for name in ("DVC_STAGE", tracking.PARENT_ENV, tracking.STAGE_RUN_ENV):
+        monkeypatch.delenv(name, raising=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params_file = _stage_params(tmp_path, uri)
+    with monkeypatch.context() as outage:
+        _lose_store(outage, at_open)
+        assert main(["--params", str(params_file), "download_corpus"]) == 0
+    assert (tmp_path / "data" / "raw" / "manifest.json").is_file()
+    assert (tmp_path / "reports" / "metrics" / "download_corpus.json").is_file()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"
+              and "tracking store" in r.getMessage()]
+    assert len(warned) == 1 and "gpt1 relog" in warned[0] and uri in warned[0]
+    (pending,) = (tmp_path / "mlflow-pending").iterdir()
+    ops = [json.loads(line)["op"] for line in (pending / "ops.jsonl").read_text().splitlines()]
+    assert ops == ["create"] * at_open + ["metrics", "artifact", "artifact", "end"]
+    client = MlflowClient(tracking_uri=uri)
+    if not at_open:
+        run = client.get_run(pending.name)
+        assert run.info.status == "RUNNING" and run.data.metrics == {}
+
+    capsys.readouterr()
+    assert main(["relog"]) == 0
+    assert f"re-logged {len(ops)} records of run {pending.name}" in capsys.readouterr().out
+    (run,) = client.search_runs([client.get_experiment_by_name("gpt1").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.metrics == {"files": 2.0}
+    assert run.data.params["data.source"]  # the stage's params sections, also when created late
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == [
+        "config.json", "download_corpus.info.json", "download_corpus.json"]
+    assert not pending.exists()
+    assert main(["relog"]) == 0
+    assert "nothing to re-log" in capsys.readouterr().out
+
+
+def test_relog_with_the_store_still_away_keeps_the_records(tmp_path, monkeypatch,
+                                                           capsys) -> None:
+    from gpt1.tracking.pending import Pending
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(make_params_dict(tmp_path)))
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    pending = Pending.of(uri, "0" * 32)
+    pending.add({"op": "end", "status": "FINISHED"})
+    started = time.perf_counter()
+    assert main(["relog"]) == 2
+    assert time.perf_counter() - started < 20
+    line = _one_line(capsys)
+    assert uri in line and "run `gpt1 relog` again" in line
+    assert pending.ops() == [{"op": "end", "status": "FINISHED"}]
+
+
+def test_flow_records_a_stage_while_the_store_is_away(on_params, tmp_path, monkeypatch) -> None:
+    from gpt1.tracking.pending import all_pending
+
+    monkeypatch.chdir(tmp_path)
+    with tracking.pipeline_run("flow", on_params, {}) as parent:
+        pass
+    with tracking.stage_run("shard_corpus", on_params, parent) as run_id:
+        assert run_id
+        metrics = tmp_path / "shard_corpus.json"
+        metrics.write_text('{"tokens": 900}')
+        with monkeypatch.context() as outage:
+            _lose_store(outage, at_open=True)
+            tracking.record_stage(on_params, run_id, [metrics], {"gpt1.dvc": "ran"})
+    (pending,) = all_pending()
+    assert pending.meta()["run_id"] == run_id
+    assert [op["op"] for op in pending.ops()] == ["artifact", "tags", "metrics"]
+    assert main(["--params", str(_stage_params(tmp_path, None)), "relog"]) == 0
+    (child,) = tracking.child_runs(on_params, parent)
+    assert child["metrics"] == {"tokens": 900.0} and child["status"] == "FINISHED"
