@@ -4,7 +4,7 @@
 
 Prints clean MB/s, BPE training seconds, and shard-encode tokens/s (gpt1.data.shards, which
 also writes the shards) beside bare `tokenizers.Tokenizer.encode_batch` on the same texts with
-the same tokenizer file, as a ratio (acceptance A8: >= 0.7); the ratio against
+the same tokenizer file, as a ratio; the ratio against
 `encode_batch_fast` (no offsets; what gpt1.bpe calls) is printed beside it.
 """
 

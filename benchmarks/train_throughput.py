@@ -1,4 +1,4 @@
-"""Training-step throughput: gpt1.model.GPT vs transformers' OpenAIGPTLMHeadModel (issue 3, B6).
+"""Training-step throughput: gpt1.model.GPT vs transformers' OpenAIGPTLMHeadModel.
 
 One training step = forward, backward, gradient clipping, optimizer step, at the same config
 from the same weights, in the same process, alternating between the variants (ours / theirs x

@@ -1,4 +1,4 @@
-"""A demo-config training step alone vs beside busy processes, per OpenMP wait policy (issue 12.5).
+"""A demo-config training step alone vs beside busy processes, per OpenMP wait policy.
 
 For each policy (unset: libgomp's default, idle workers spin a while before sleeping, how the
 stages ran before; PASSIVE: they sleep at once, what `gpt1` now sets before torch loads) a

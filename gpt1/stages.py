@@ -218,7 +218,7 @@ def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any) -> N
     tracking.log_model(model_dir, params.paths.tokenizer, name, [MODEL_EXAMPLE], outputs)
 
 
-# ---------------------------------------------------------------- fine-tuning (owner: TASKS)
+# ---------------------------------------------------------------- fine-tuning
 
 
 def _task_spec(params: Params, task: str) -> Any:
@@ -335,7 +335,7 @@ def _finetune_metrics(params: Params, spec: Any, hp: Any, kind: str, variant: st
     }
 
 
-# ------------------------------------- ablations, Figure 2 and the report (owner: REPORT)
+# ------------------------------------- ablations, Figure 2 and the report
 
 
 def _override(params: Params, **sections: dict[str, Any]) -> Params:

@@ -76,7 +76,7 @@ def tracking_uri(params: Params) -> str:
     """params.tracking.uri, else $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlflow.db.
 
     Always absolute for sqlite: MLflow's own default depends on the cwd and falls back to the
-    deprecated file store when ./mlruns exists (ENV.md).
+    deprecated file store when ./mlruns exists.
     """
     uri = params.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:

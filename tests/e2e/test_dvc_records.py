@@ -1,4 +1,4 @@
-"""Records and the model in use, end to end through DVC on a tiny preset (issue 14, U3-U5).
+"""Records and the model in use, end to end through DVC on a tiny preset.
 
 A copy of the repo with a tiny generated mirror, committed to git, runs `dvc repro
 finetune@sst2` with MLflow on. Then: one `dvc repro` parent run with the stages nested under

@@ -27,7 +27,7 @@ def _w(path: Path, text: str, bom: bool = False) -> None:
 
 
 def write_mirror(root: Path, rows: int = 20, seed: int = 0) -> Path:
-    """A small mirror in every original format of ../shared/data/tasks (generated text)."""
+    """A small mirror in every original format of the mirror's tasks/ folder (generated text)."""
     rng = random.Random(seed)
     t = root / "tasks"
     s = lambda: _sent(rng)  # noqa: E731
@@ -257,7 +257,7 @@ def test_hub_path_with_injected_loader(make_params) -> None:
 
 # ------------------------------------------------------------------ C1: the real mirror
 
-# Row counts from ../shared/data/MANIFEST.md (train + carved dev together where carved).
+# Row counts of the mirror's task files (train + carved dev together where carved).
 MANIFEST_ROWS = {
     "snli": {"train": 8999, "dev": 1000, "test": 9831},
     "mnli": {"train+dev": 8999, "test": 1000},

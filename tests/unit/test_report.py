@@ -253,7 +253,7 @@ def _table5_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_table5_avg_uses_identical_columns(make_params, tmp_path: Path) -> None:
-    """S4: a row missing a cell (no_aux has no QQP) removes that column from EVERY row's Avg,
+    """A row missing a cell (no_aux has no QQP) removes that column from EVERY row's Avg,
     the paper's included; adding an LSTM row with only CoLA and SST-2 shrinks the set again."""
     params = fixture_params(make_params)
     metrics = report.read_metrics(fixture_metrics(tmp_path))
@@ -310,7 +310,7 @@ def _preds_json(root: Path, variant: str, task: str, correct: list[float], n: in
 ])
 def test_finding_a_verdict_from_paired_bootstrap(make_params, tmp_path: Path, full, scratch,
                                                  word) -> None:
-    """S2/S3 machinery: the verdict of (a) follows the CI of the paired difference of the
+    """The verdict of (a) follows the CI of the paired difference of the
     matched-column averages; its estimate is the difference of the two rows' averages."""
     params = make_params({"report": {"bootstrap_samples": 200}})
     metrics = {}
