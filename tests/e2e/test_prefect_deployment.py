@@ -252,7 +252,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
                     if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
         assert set(children) == set(tasks)
         assert all(r.info.status == "FINISHED" for r in children.values())
-        demo_hash = load_params(repo / "params.yaml").digest()  # U1: the demo's own params
+        demo_hash = load_params(repo / "params.yaml").digest()  # the demo's own params
         assert {r.data.tags["gpt1.config_hash"] for r in [parent, *children.values()]} == {
             demo_hash}
 
@@ -269,7 +269,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         assert a.start_time < b.end_time and b.start_time < a.end_time, (
             f"no overlap: {a.start_time}-{a.end_time} vs {b.start_time}-{b.end_time}")
 
-        # U1: the README's full-paper run works in its own copy; params.yaml is untouched
+        # the README's full-paper run works in its own copy; params.yaml is untouched
         out = bash(f"{readme['paper']} --param 'stages={json.dumps(PAPER_STAGES)}'", repo, env,
                    600)
         assert "Completed" in out, out[-2000:]

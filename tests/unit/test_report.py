@@ -1,4 +1,4 @@
-"""D1: from a fixture set of metrics files the report's tables match golden text, and every
+"""From a fixture set of metrics files the report's tables match golden text, and every
 paper number in params (both presets) and in the rendered tables equals spec §3 (docs/paper.md)."""
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def test_damaged_metrics_file_names_it(tmp_path: Path) -> None:
 
 
 def test_figure2_has_both_panels_labels_legends_and_styles(tmp_path: Path) -> None:
-    """D5: one figure, two labelled panels; a curve per task and split / task and model;
+    """One figure, two labelled panels; a curve per task and split / task and model;
     log x on the right; Transformer solid, LSTM dashed."""
     metrics = report.read_metrics(fixture_metrics(tmp_path))
     left = report.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
