@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import torch
+from results_file import add_option, recording
 from train_throughput import PEAK_BF16
 
 from gpt1.config import load_params
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilisation")
     parser.add_argument("--corpus-tokens", type=int, help="training tokens in one epoch")
     parser.add_argument("--shard-metrics", default="reports/metrics/shard_corpus.json")
+    add_option(parser)
     args = parser.parse_args()
     params = load_params(args.params)
     cfg = params.pretrain
@@ -54,4 +56,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("cost-projection"):
+        main()

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import add_option, recording
 from tokenizers import Tokenizer
 
 from gpt1 import bpe
@@ -28,6 +29,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus_dir", type=Path)
     parser.add_argument("--params", default="params.yaml")
+    add_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     params = load_params(args.params)
@@ -81,4 +83,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("data-pipeline"):
+        main()

@@ -18,6 +18,7 @@ import statistics
 import time
 
 import torch
+from results_file import add_option, recording
 
 from gpt1.backends import apply_kernels
 from gpt1.config import load_params
@@ -39,6 +40,7 @@ def main() -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=8_259, help="vocabulary incl. the 3 specials")
+    add_option(ap)
     args = ap.parse_args()
     params = load_params(args.params)
     device = torch.device("cpu")
@@ -85,4 +87,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("finetune-throughput"):
+        main()

@@ -35,6 +35,7 @@ from typing import cast
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
+from results_file import add_option, recording  # noqa: E402
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
 from gpt1.backends import apply_kernels  # noqa: E402
@@ -184,6 +185,7 @@ def main() -> None:
                         help="our model's kernels (gpt1.backends.apply_kernels)")
     parser.add_argument("--peak-tflops", type=float,
                         help="dense bf16 peak of a device missing from PEAK_BF16")
+    add_option(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
     shape, vocab = (PAPER, PAPER_VOCAB) if device.type == "cuda" else (BENCH, VOCAB)
@@ -264,5 +266,5 @@ def check_loss(ours: GPT, init: dict[str, torch.Tensor], stream: torch.Tensor, s
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt), recording("train-throughput"):
         main()

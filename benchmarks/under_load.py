@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from results_file import add_option, recording
+
 THREADS = 2
 POLICIES = ("unset", "PASSIVE")
 BUSY = (0, 1, 2)
@@ -77,6 +79,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per child run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.params, args.steps)
@@ -97,4 +100,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("under-load"):
+        main()
