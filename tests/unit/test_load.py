@@ -282,7 +282,7 @@ MANIFEST_LABELS = {
 
 @pytest.mark.parametrize("name", list(TASKS))
 def test_real_mirror_loads_validates_and_matches_manifest(name: str, make_params) -> None:
-    assert (SHARED_DATA / "MANIFEST.md").is_file(), f"this test needs the real mirror at {SHARED_DATA}"
+    assert (SHARED_DATA / "MANIFEST.md").is_file(), f"needs the real mirror at {SHARED_DATA}"
     spec = TASKS[name]
     tables = load_task(spec, make_params().tasks, SHARED_DATA)
     report = validate_tables(tables, spec, SHARED_DATA / "tasks")
