@@ -6,7 +6,7 @@ windows) over a corpus of --corpus-tokens training tokens (default: the train to
 dense bf16 peak (train_throughput.PEAK_BF16) times --mfu. gpt1.train.cost_projection does the
 arithmetic, the same function the pre-training stage logs its projection with.
 
-    .venv/bin/python benchmarks/cost_projection.py [--params configs/paper.yaml]
+    .venv/bin/python benchmarks/cost_projection.py [--params configs/paper.yaml] [--results]
         [--gpu H100] [--mfu 0.4] [--corpus-tokens N]
 """
 

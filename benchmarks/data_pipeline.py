@@ -1,6 +1,6 @@
 """Data-pipeline throughput on a corpus directory, with a peer measured in the same run.
 
-    .venv/bin/python benchmarks/data_pipeline.py ../shared/data/corpus [--params params.yaml]
+    .venv/bin/python benchmarks/data_pipeline.py <mirror>/corpus [--params params.yaml] [--results]
 
 Prints clean MB/s, BPE training seconds, and shard-encode tokens/s (gpt1.data.shards, which
 also writes the shards) beside bare `tokenizers.Tokenizer.encode_batch` on the same texts with

@@ -9,6 +9,7 @@ evaluation (forward only, no grad) is timed too. Prints medians, the LM-loss cos
 the projected time of one demo fine-tune per family at the params caps.
 
     .venv/bin/python benchmarks/finetune_throughput.py [--params params.yaml] [--rounds 5]
+        [--results]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ batch 8, 2 threads). --device cuda: the paper config (12 layers, 768 d, 12 heads
 vocab 40,478, --batch 64 or what fits), also printing MFU: achieved matmul FLOP/s over the
 device's dense bf16 peak (PEAK_BF16 by device name, or --peak-tflops).
 
-    .venv/bin/python benchmarks/train_throughput.py [--rounds 7] [--loss-steps 100]
+    .venv/bin/python benchmarks/train_throughput.py [--rounds 7] [--loss-steps 100] [--results]
         [--modes eager,compile] [--device cuda] [--kernels auto]
 """
 
