@@ -6,7 +6,7 @@ windows) over a corpus of --corpus-tokens training tokens (default: the train to
 dense bf16 peak (train_throughput.PEAK_BF16) times --mfu. gpt1.train.cost_projection does the
 arithmetic, the same function the pre-training stage logs its projection with.
 
-    .venv/bin/python benchmarks/cost_projection.py [--params configs/paper.yaml]
+    .venv/bin/python benchmarks/cost_projection.py [--params configs/paper.yaml] [--results]
         [--gpu H100] [--mfu 0.4] [--corpus-tokens N]
 """
 
@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import torch
+from results_file import add_option, recording
 from train_throughput import PEAK_BF16
 
 from gpt1.config import load_params
@@ -33,6 +34,7 @@ def main() -> None:
     parser.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilisation")
     parser.add_argument("--corpus-tokens", type=int, help="training tokens in one epoch")
     parser.add_argument("--shard-metrics", default="reports/metrics/shard_corpus.json")
+    add_option(parser)
     args = parser.parse_args()
     params = load_params(args.params)
     cfg = params.pretrain
@@ -54,4 +56,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("cost-projection"):
+        main()

@@ -1,10 +1,10 @@
 """Data-pipeline throughput on a corpus directory, with a peer measured in the same run.
 
-    .venv/bin/python benchmarks/data_pipeline.py ../shared/data/corpus [--params params.yaml]
+    .venv/bin/python benchmarks/data_pipeline.py <mirror>/corpus [--params params.yaml] [--results]
 
 Prints clean MB/s, BPE training seconds, and shard-encode tokens/s (gpt1.data.shards, which
 also writes the shards) beside bare `tokenizers.Tokenizer.encode_batch` on the same texts with
-the same tokenizer file, as a ratio (acceptance A8: >= 0.7); the ratio against
+the same tokenizer file, as a ratio; the ratio against
 `encode_batch_fast` (no offsets; what gpt1.bpe calls) is printed beside it.
 """
 
@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import add_option, recording
 from tokenizers import Tokenizer
 
 from gpt1 import bpe
@@ -28,6 +29,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus_dir", type=Path)
     parser.add_argument("--params", default="params.yaml")
+    add_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     params = load_params(args.params)
@@ -81,4 +83,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("data-pipeline"):
+        main()

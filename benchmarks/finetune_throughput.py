@@ -9,6 +9,7 @@ evaluation (forward only, no grad) is timed too. Prints medians, the LM-loss cos
 the projected time of one demo fine-tune per family at the params caps.
 
     .venv/bin/python benchmarks/finetune_throughput.py [--params params.yaml] [--rounds 5]
+        [--results]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import statistics
 import time
 
 import torch
+from results_file import add_option, recording
 
 from gpt1.backends import apply_kernels
 from gpt1.config import load_params
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--vocab", type=int, default=8_259, help="vocabulary incl. the 3 specials")
+    add_option(ap)
     args = ap.parse_args()
     params = load_params(args.params)
     device = torch.device("cpu")
@@ -85,4 +88,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("finetune-throughput"):
+        main()

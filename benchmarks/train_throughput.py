@@ -1,4 +1,4 @@
-"""Training-step throughput: gpt1.model.GPT vs transformers' OpenAIGPTLMHeadModel (issue 3, B6).
+"""Training-step throughput: gpt1.model.GPT vs transformers' OpenAIGPTLMHeadModel.
 
 One training step = forward, backward, gradient clipping, optimizer step, at the same config
 from the same weights, in the same process, alternating between the variants (ours / theirs x
@@ -17,7 +17,7 @@ batch 8, 2 threads). --device cuda: the paper config (12 layers, 768 d, 12 heads
 vocab 40,478, --batch 64 or what fits), also printing MFU: achieved matmul FLOP/s over the
 device's dense bf16 peak (PEAK_BF16 by device name, or --peak-tflops).
 
-    .venv/bin/python benchmarks/train_throughput.py [--rounds 7] [--loss-steps 100]
+    .venv/bin/python benchmarks/train_throughput.py [--rounds 7] [--loss-steps 100] [--results]
         [--modes eager,compile] [--device cuda] [--kernels auto] [--precisions auto]
 """
 
@@ -36,6 +36,7 @@ from typing import cast
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
+from results_file import add_option, recording  # noqa: E402
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
 from gpt1.backends import apply_kernels  # noqa: E402
@@ -201,6 +202,7 @@ def main() -> None:
                         help="our model's kernels (gpt1.backends.apply_kernels)")
     parser.add_argument("--peak-tflops", type=float,
                         help="dense bf16 peak of a device missing from PEAK_BF16")
+    add_option(parser)
     args = parser.parse_args()
     device = torch.device(args.device)
     shape, vocab = (PAPER, PAPER_VOCAB) if device.type == "cuda" else (BENCH, VOCAB)
@@ -282,5 +284,5 @@ def check_loss(ours: GPT, init: dict[str, torch.Tensor], stream: torch.Tensor, s
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt), recording("train-throughput"):
         main()

@@ -1,15 +1,15 @@
-"""A demo-config training step alone vs beside busy processes, per OpenMP wait policy (issue 12.5).
+"""A demo-config training step alone vs beside busy processes, per OpenMP wait policy.
 
-For each policy (unset: libgomp's default, idle workers spin a while before sleeping, how the
-stages ran before; PASSIVE: they sleep at once, what `gpt1` now sets before torch loads) a
+For each policy (unset: libgomp's default, idle workers spin a while before sleeping; PASSIVE:
+they sleep at once, what the `gpt1` CLI sets before torch loads unless the variable is set) a
 child process times training steps of params.yaml's model (bf16 where the CPU has it, 2
 threads) with 0, 1 and 2 pure-Python busy loops beside it, rounds alternating, and the script
 prints each slowdown against the fair-share one: with n threads, b busy processes and c cores
 a fair scheduler slows the step by max(1, (n + b) / c) / max(1, n / c). The fused CPU kernels
-(gpt1/kernels.c) start their pthreads per call and join them (blocking), so only OpenMP's
+(gpt1/backends/kernels.c) start their pthreads per call and join them (blocking), so only OpenMP's
 workers can spin.
 
-    nice .venv/bin/python benchmarks/under_load.py [--steps 4] [--rounds 2]
+    nice .venv/bin/python benchmarks/under_load.py [--steps 4] [--rounds 2] [--results]
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from results_file import add_option, recording
 
 THREADS = 2
 POLICIES = ("unset", "PASSIVE")
@@ -77,6 +79,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per child run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_option(parser)
     args = parser.parse_args()
     if args.child:
         child(args.params, args.steps)
@@ -97,4 +100,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("under-load"):
+        main()

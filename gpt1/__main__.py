@@ -68,7 +68,7 @@ TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
 
 
 def quiet_telemetry() -> None:
-    """Turn off every tool's telemetry and pin MLflow to an absolute sqlite store (ENV.md)."""
+    """Turn off every tool's telemetry and pin MLflow to an absolute sqlite store."""
     defaults = {
         "DO_NOT_TRACK": "true",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpt1.tasks.registry import TASKS
+from gpt1.tasks.registry import TASKS  # upward import: task names checked against the table
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -67,7 +67,7 @@ class Paths(Section):
     """Every file and directory the pipeline reads or writes, relative to the repo root."""
 
     mirror_dir: str | None
-    """Local mirror laid out like ../shared/data (corpus/, tasks/); null = download from the hub."""
+    """Local mirror with corpus/*.txt and tasks/<TASK>/; null = download from the hub."""
     mirror_scan: str
     """sha256 fingerprints of the mirror's corpus and task folders (one JSON per input): what
     DVC tracks of the mirror, so a missing mirror or null is the pipeline's own error / the hub."""

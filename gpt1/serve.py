@@ -240,7 +240,7 @@ def stop(path: Path, timeout: float) -> list[str]:
         if not _alive(entry):
             continue
         _signal_group(entry["pid"], signal.SIGTERM)
-        if name == "worker":  # a Prefect worker only logs the first signal (ENV.md)
+        if name == "worker":  # a Prefect worker only logs the first signal
             time.sleep(1.0)
             _signal_group(entry["pid"], signal.SIGINT)
         try:

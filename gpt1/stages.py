@@ -197,7 +197,7 @@ def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any) -> N
     tracking.log_model(model_dir, params.paths.tokenizer, name, [MODEL_EXAMPLE], outputs)
 
 
-# ---------------------------------------------------------------- fine-tuning (owner: TASKS)
+# ---------------------------------------------------------------- fine-tuning
 
 
 def _task_spec(params: Params, task: str) -> Any:
@@ -284,7 +284,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     return metrics
 
 
-# ------------------------------------- ablations, Figure 2 and the report (owner: REPORT)
+# ------------------------------------- ablations, Figure 2 and the report
 
 
 def _override(params: Params, **sections: dict[str, Any]) -> Params:

@@ -2,7 +2,7 @@
 
 `read_plan(root)` lists the stages in topological order (ties in DVC's own order) with the
 stages each one depends on; `select(plan, wanted)` keeps some stages plus everything upstream
-of them, as `dvc repro <target>` would. No Prefect here, so it is cheap to test (E4).
+of them, as `dvc repro <target>` would. No Prefect here, so it is cheap to test.
 """
 
 from __future__ import annotations

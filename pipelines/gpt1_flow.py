@@ -240,5 +240,5 @@ def gpt1_pipeline(
 
 
 if __name__ == "__main__":  # `python -m pipelines.gpt1_flow [params file]`: no server needed
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")  # ENV.md
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     gpt1_pipeline(params_path=sys.argv[1] if len(sys.argv) > 1 else "params.yaml")

@@ -4,7 +4,7 @@ sampled contiguous span of 512 tokens").
 Stateless and seeded: the i-th sequence of the whole run is a pure function of (seed, i), so
 the data position is one integer (sequences consumed), resuming equals not stopping, and
 data-parallel ranks slice the same global stream. No worker processes (fork breaks inside
-Prefect, ENV.md); reading a window from a memmap is a memcpy.
+Prefect's worker processes); reading a window from a memmap is a memcpy.
 """
 
 from __future__ import annotations

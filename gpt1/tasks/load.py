@@ -1,6 +1,6 @@
 """Readers: the mirror's original file formats (or the hub) -> one canonical table per split.
 
-Every quirk of the 12 datasets as found in ../shared/data/tasks (MANIFEST.md) lives here:
+Every quirk of the 12 datasets as found in the mirror's tasks/ folder lives here:
 GLUE TSVs read with csv.QUOTE_NONE (quotes are literal text in GLUE), CoLA without a header,
 MRPC's MSRP files with a UTF-8 BOM, STS-B rows with extra source columns, RTE in the
 Hugging Face export, JSON train samples of MNLI/QNLI/QQP/SNLI, csv exports of SNLI/QNLI-v1/
@@ -218,7 +218,7 @@ def to_table(rows: list[Row], spec: TaskSpec) -> pd.DataFrame:
 
 
 def pairs_from_json(src: _Src, mapping: dict[str, int], tag: str) -> list[Row]:
-    """S8 train samples: {"0": {"text_a", "text_b", "label"}, ...}; the row is the JSON key."""
+    """JSON train samples: {"0": {"text_a", "text_b", "label"}, ...}; the row is the JSON key."""
     data = read_json(src)
     if not isinstance(data, dict):
         raise src.fail(1, f"expected a JSON object of examples, got {type(data).__name__}")
@@ -236,7 +236,7 @@ def pairs_from_json(src: _Src, mapping: dict[str, int], tag: str) -> list[Row]:
 
 
 def pairs_from_csv(src: _Src, mapping: dict[str, int], tag: str) -> list[Row]:
-    """S7 csv exports: premise, hypothesis, label (SNLI dev, QNLI-v1 dev, SciTail test)."""
+    """CSV exports: premise, hypothesis, label (SNLI dev, QNLI-v1 dev, SciTail test)."""
     return [
         _row(f"{tag}-{line}", r["premise"], r["hypothesis"],
              _label(src, line, r["label"], mapping), src.where(line))

@@ -1,4 +1,4 @@
-"""The 12 fine-tuning tasks of Radford et al. (2018), Table 1, as one table (STYLE.md B7).
+"""The 12 fine-tuning tasks of Radford et al. (2018), Table 1, as one table.
 
 Every task is a row: its input family (spec §2: classification, entailment, similarity,
 multiple choice), label set, metrics, where each canonical split comes from in the mirror,

@@ -1,4 +1,4 @@
-"""First contact through DVC (U6): a missing mirror, `mirror_dir: null` and a shell without the
+"""First contact through DVC: a missing mirror, `mirror_dir: null` and a shell without the
 venv each end in the project's one line, never DVC's bare `[Errno 2]` or a traceback."""
 
 from __future__ import annotations

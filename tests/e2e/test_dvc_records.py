@@ -1,4 +1,4 @@
-"""Records and the model in use, end to end through DVC on a tiny preset (issue 14, U3-U5).
+"""Records and the model in use, end to end through DVC on a tiny preset.
 
 A copy of the repo with a tiny generated mirror, committed to git, runs `dvc repro
 finetune@sst2` with MLflow on. Then: one `dvc repro` parent run with the stages nested under
@@ -65,7 +65,7 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     out = _run(["dvc", "repro", "finetune@sst2"], repo)
     assert all(f"Running stage '{s}'" in out for s in STAGES)
 
-    # U3: one parent for the invocation, every stage nested, tagged, with its own params only.
+    # one parent for the invocation, every stage nested, tagged, with its own params only.
     client = MlflowClient(tracking_uri=db)
     exp = client.get_experiment_by_name("e2e")
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
@@ -79,7 +79,7 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
         assert {k.split(".")[0] for k in run.data.params} == OWN_SECTIONS[name], name
         assert run.info.status == "FINISHED"
 
-    # U3: the registered models load as pyfunc models and score text.
+    # the registered models load as pyfunc models and score text.
     mlflow.set_tracking_uri(db)  # the registry lives in the same store
     text = pd.DataFrame({"text": ["the cat sat on the mat.", "a very good film!"]})
     lm = mlflow.pyfunc.load_model("models:/gpt1-pretrain/1")
@@ -89,7 +89,7 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     assert set(clf["label"]) <= {"negative", "positive"}
     assert all(abs(sum(json.loads(p).values()) - 1) < 1e-4 for p in clf["probabilities"])
 
-    # U4: the CLI uses the models the pipeline left.
+    # the CLI uses the models the pipeline left.
     sample = ["generate", "The cat", "--max-new-tokens", "8", "--seed", "3"]
     first = _stdout(sample, repo)
     assert first.strip() and first == _stdout(sample, repo)  # seeded: the same continuation
@@ -98,7 +98,7 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     assert [x["text"] for x in lines] == ["a very good film", "bad"]
     assert all(x["label"] in x["probabilities"] for x in lines)
 
-    # U5: Data Docs for the corpus and every split of the task table, naming their suites.
+    # Data Docs for the corpus and every split of the task table, naming their suites.
     docs = repo / "reports" / "data_docs"
     assert "corpus_suite" in (docs / "corpus" / "index.html").read_text()
     for split in ("train", "dev", "test"):

@@ -1,4 +1,4 @@
-"""C4: on a generated task of each family with a learnable rule, fine-tuning a tiny model from
+"""On a generated task of each family with a learnable rule, fine-tuning a tiny model from
 scratch reaches >= 95% dev accuracy: the formats, head, losses and loop are wired end to end."""
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""The README's Prefect commands against a real local stack (U1, E1, E2, E3).
+"""The README's Prefect commands against a real local stack.
 
 A temporary copy of the repo with a generated tiny mirror, tiny params and a paper preset
 pointed at that mirror. Each of the README's "Orchestration" lines runs as written (plus a free
 port and the test's stage subset appended) in a fresh `bash -c` without PREFECT_API_URL, as a
 new shell would: `gpt1 serve` starts a Prefect server on a free 127.0.0.1 port (temporary
 PREFECT_HOME), creates the `gpu` pool, deploys prefect.yaml and starts a worker. A first demo
-run is killed with its worker in the middle of pre-training (E3); `gpt1 serve` restarts the
-worker and the README's watched demo run completes (E1): finished stages are skipped,
-pre-training resumes from its checkpoint, the two fine-tunes overlap (E2), dvc.lock and MLflow
+run is killed with its worker in the middle of pre-training; `gpt1 serve` restarts the
+worker and the README's watched demo run completes: finished stages are skipped,
+pre-training resumes from its checkpoint, the two fine-tunes overlap, dvc.lock and MLflow
 hold everything, logged with the demo's params. The README's full-paper run then runs a stage
-of the paper preset in its working copy; params.yaml stays byte-identical throughout (U1), and
+of the paper preset in its working copy; params.yaml stays byte-identical throughout, and
 `gpt1 serve --stop` leaves no process behind.
 """
 
@@ -211,7 +211,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         started |= set(state_pids(home).values())
         assert set(state_pids(home)) == {"prefect-server", "worker"}
 
-        # E3, part 1: lose the worker (and everything under it) mid-pretraining
+        # lose the worker (and everything under it) mid-pretraining
         start_demo_run(env, repo)
         wait_for(lambda: any(run_dir.glob("checkpoints/step_*/state.json")), 600,
                  "a pre-training checkpoint")
@@ -221,7 +221,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         bash(serve, repo, env, timeout=240)  # restarts the dead worker only
         started |= set(state_pids(home).values())
 
-        # E1: the README's watched re-run completes
+        # the README's watched re-run completes
         out = bash(f"{readme['demo']} --param 'stages={json.dumps(TARGETS)}'", repo, env, 960)
         flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)  # type: ignore[union-attr]
         assert "Completed" in out
@@ -252,11 +252,11 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
                     if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
         assert set(children) == set(tasks)
         assert all(r.info.status == "FINISHED" for r in children.values())
-        demo_hash = load_params(repo / "params.yaml").digest()  # U1: the demo's own params
+        demo_hash = load_params(repo / "params.yaml").digest()  # the demo's own params
         assert {r.data.tags["gpt1.config_hash"] for r in [parent, *children.values()]} == {
             demo_hash}
 
-        # E3, part 2: finished stages were skipped; pre-training resumed from its checkpoint
+        # finished stages were skipped; pre-training resumed from its checkpoint
         dvc_said = {name: r.data.tags["gpt1.dvc"] for name, r in children.items()}
         assert {dvc_said[s] for s in DATA_STAGES} == {"unchanged"}, dvc_said
         assert dvc_said["pretrain"] == "ran"
@@ -264,12 +264,12 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         assert losses and min(m.step for m in losses) > killed_at, "pre-training restarted at 0"
         assert (run_dir / "model.safetensors").exists()
 
-        # E2: the two fine-tunes ran at the same time (max_parallel_stages = 2)
+        # the two fine-tunes ran at the same time (max_parallel_stages = 2)
         a, b = (tasks[f"finetune@{t}"] for t in TASKS)
         assert a.start_time < b.end_time and b.start_time < a.end_time, (
             f"no overlap: {a.start_time}-{a.end_time} vs {b.start_time}-{b.end_time}")
 
-        # U1: the README's full-paper run works in its own copy; params.yaml is untouched
+        # the README's full-paper run works in its own copy; params.yaml is untouched
         out = bash(f"{readme['paper']} --param 'stages={json.dumps(PAPER_STAGES)}'", repo, env,
                    600)
         assert "Completed" in out, out[-2000:]

@@ -1,5 +1,5 @@
-"""Checkpoints: SIGKILL at any moment then re-run == uninterrupted (B4); tampered, truncated or
-foreign-tokenizer inputs give one clear error and execute nothing (B7)."""
+"""Checkpoints: SIGKILL at any moment then re-run == uninterrupted; tampered, truncated or
+foreign-tokenizer inputs give one clear error and execute nothing."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
 
 
 def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
-    """B4: kills mid-training and mid-checkpoint-write, each followed by a re-run."""
+    """Kills mid-training and mid-checkpoint-write, each followed by a re-run."""
     _, ref = _prepare(tmp_path, "ref", {})
     stages.pretrain(ref)
     params_file, run = _prepare(tmp_path, "killed", {})

@@ -1,4 +1,4 @@
-"""Cleaning: spec §5 standardisation, Gutenberg stripping, unusable files (A7), duplicates."""
+"""Cleaning: spec §5 standardisation, Gutenberg stripping, unusable files, duplicates."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _write_params(tmp_path, make_params_dict_overrides=None) -> str:
 
 
 def test_unusable_files_are_skipped_and_counted(tmp_path, make_params, capsys) -> None:
-    """A7: non-UTF-8, binary, empty, 20 MB without newline, whitespace-only -> counted skips."""
+    """Non-UTF-8, binary, empty, 20 MB without newline, whitespace-only -> counted skips."""
     corpus = write_corpus(tmp_path / "mirror", n_books=3, n_paragraphs=5)
     (corpus / "latin1.txt").write_bytes("caf\xe9 ".encode("latin-1") * 100)
     (corpus / "binary.txt").write_bytes(bytes(range(256)) * 10)

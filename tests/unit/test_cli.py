@@ -1,4 +1,4 @@
-"""First contact with the CLI (U6): one line and no traceback for each mistake; helpful help."""
+"""First contact with the CLI: one line and no traceback for each mistake; helpful help."""
 
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ def spec_values() -> dict[str, object]:
 def test_paper_preset_holds_spec_values(
     key: str, value: object, spec_values: dict[str, object]
 ) -> None:
-    """A3: each value of spec §1-2 (and §5's parity values) is in configs/paper.yaml, and
+    """Each value of spec §1-2 (and §5's parity values) is in configs/paper.yaml, and
     docs/paper.md gives the same value for the same key."""
     assert key in spec_values, f"docs/paper.md: no table row names {key}"
     assert spec_values[key] == value, f"docs/paper.md gives {key} = {spec_values[key]!r}"

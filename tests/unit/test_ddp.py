@@ -1,4 +1,4 @@
-"""B5: DDP with 2 CPU processes (gloo) and half the accumulation == 1 process, within 1e-5."""
+"""DDP with 2 CPU processes (gloo) and half the accumulation == 1 process, within 1e-5."""
 
 from __future__ import annotations
 

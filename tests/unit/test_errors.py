@@ -1,4 +1,4 @@
-"""The CLI's one error boundary and the gates of issue 13: every bad input ends in one line
+"""The CLI's one error boundary and the input gates: every bad input ends in one line
 naming the file (row, key) and the problem, a non-zero exit, no traceback, no partial output."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""export-hf: transformers' OpenAIGPTLMHeadModel loaded from our export gives our logits (B1)."""
+"""export-hf: transformers' OpenAIGPTLMHeadModel loaded from our export gives our logits."""
 
 from __future__ import annotations
 

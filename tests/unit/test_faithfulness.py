@@ -1,4 +1,4 @@
-"""Issue 11 item 4: faithfulness to the original release, one test per fix.
+"""Faithfulness to the original release, one test per fix.
 
 (i) special-token embeddings start fresh at fine-tuning; (ii) the paper preset gives RACE the
 full context; (iii) the from-scratch row's lambda is stated in the report with the paper's

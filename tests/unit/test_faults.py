@@ -1,4 +1,4 @@
-"""Faults (issue 13): Ctrl-C / SIGTERM in the training loops, a full disk, writers killed
+"""Faults: Ctrl-C / SIGTERM in the training loops, a full disk, writers killed
 mid-write. Each ends in one line and a non-zero exit, and leaves nothing half-written."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _gpt1_lines(stderr: str) -> list[str]:
 
 
 def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
-    """R2: Ctrl-C in a running `gpt1 pretrain` saves, says so in one line, exits 130; the
+    """Ctrl-C in a running `gpt1 pretrain` saves, says so in one line, exits 130; the
     re-run resumes to the same final weights as a run never stopped."""
     _, ref = _prepare(tmp_path, "ref", SHORT)
     stages.pretrain(ref)
@@ -175,7 +175,7 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
 
 
 def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
-    """R3: SIGKILL while shard_corpus writes its temp directory; the re-run removes it."""
+    """SIGKILL while shard_corpus writes its temp directory; the re-run removes it."""
     params_file, params = _prepare(tmp_path, "run", {})
     texts = [" ".join(f"w{(i * 7 + k) % 101} the of w{i % 13}" for i in range(8000))
              for k in range(60)]

@@ -1,4 +1,4 @@
-"""Head, losses and loop pieces: C3 (similarity symmetric), shared choice dropout, LM masking,
+"""Head, losses and loop pieces: symmetric similarity, shared choice dropout, LM masking,
 per-task overrides, layer transfer, any body (GPT or LSTM)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _body = functools.partial(body_factory, n_special=3)
 
 
 def test_similarity_is_symmetric(tiny_params) -> None:
-    """C3: swapping the two sentences gives the same output."""
+    """Swapping the two sentences gives the same output."""
     torch.manual_seed(0)
     spec = TASKS["stsb"]
     model = TaskModel(GPT(tiny_params.model, V), spec, 0.1, 0.02).eval()

@@ -1,4 +1,4 @@
-"""The Prefect flow's stage plan is DVC's graph (E4): same stages as `dvc dag`, upstream first."""
+"""The Prefect flow's stage plan is DVC's graph: same stages as `dvc dag`, upstream first."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Input transformations: golden token layouts per family (C2), symmetric similarity (C3)."""
+"""Input transformations: golden token layouts per family, symmetric similarity."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The fused CPU kernels (gpt1/backends/kernels.c) against their torch references and
-autograd, their build cache, and the cpu_fused backend against the torch one (issue 12 M1, M3)."""
+autograd, their build cache, and the cpu_fused backend against the torch one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Task readers: every mirror format into the canonical schema (C1), bad files (C6), the hub."""
+"""Task readers: every mirror format into the canonical schema, bad files, the hub."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _w(path: Path, text: str, bom: bool = False) -> None:
 
 
 def write_mirror(root: Path, rows: int = 20, seed: int = 0) -> Path:
-    """A small mirror in every original format of ../shared/data/tasks (generated text)."""
+    """A small mirror in every original format of the mirror's tasks/ folder (generated text)."""
     rng = random.Random(seed)
     t = root / "tasks"
     s = lambda: _sent(rng)  # noqa: E731
@@ -139,7 +139,7 @@ def test_tables_roundtrip(mirror: Path, make_params, tmp_path: Path) -> None:
         read_tables(tmp_path / "nope")
 
 
-# ------------------------------------------------------------------ C6: bad files
+# ------------------------------------------------------------------ bad files
 
 
 def _one_line_error(fn, match: str) -> str:
@@ -255,9 +255,9 @@ def test_hub_path_with_injected_loader(make_params) -> None:
                                       hub_loader=bad_loader), r"row 0: label 'E' not in")
 
 
-# ------------------------------------------------------------------ C1: the real mirror
+# ------------------------------------------------------------------ the real mirror
 
-# Row counts from ../shared/data/MANIFEST.md (train + carved dev together where carved).
+# Row counts of the mirror's task files (train + carved dev together where carved).
 MANIFEST_ROWS = {
     "snli": {"train": 8999, "dev": 1000, "test": 9831},
     "mnli": {"train+dev": 8999, "test": 1000},
@@ -282,7 +282,7 @@ MANIFEST_LABELS = {
 
 @pytest.mark.parametrize("name", list(TASKS))
 def test_real_mirror_loads_validates_and_matches_manifest(name: str, make_params) -> None:
-    assert (SHARED_DATA / "MANIFEST.md").is_file(), f"C1 needs the real mirror at {SHARED_DATA}"
+    assert (SHARED_DATA / "MANIFEST.md").is_file(), f"needs the real mirror at {SHARED_DATA}"
     spec = TASKS[name]
     tables = load_task(spec, make_params().tasks, SHARED_DATA)
     report = validate_tables(tables, spec, SHARED_DATA / "tasks")

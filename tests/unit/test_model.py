@@ -1,4 +1,4 @@
-"""GPT-1 model: shapes, causality, tying, init, dropout variants, parameter count (B2, B3)."""
+"""GPT-1 model: shapes, causality, tying, init, dropout variants, parameter count."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_shapes_and_tied_head(tiny_params, arch):
 @pytest.mark.parametrize("arch", ["gpt1", "gpt2"])
 @pytest.mark.parametrize("embd_dropout", ["activations", "matrix"])
 def test_causality(tiny_params, arch, embd_dropout):
-    """Changing token t+1 leaves the logits at positions <= t unchanged (B3)."""
+    """Changing token t+1 leaves the logits at positions <= t unchanged."""
     model = GPT(_cfg(tiny_params, arch=arch, embd_dropout=embd_dropout), vocab_size=50).eval()
     idx = torch.randint(0, 50, (2, 16))
     t = 9
@@ -97,7 +97,7 @@ def test_too_long_sequence_is_refused(tiny_params):
 
 
 def test_paper_parameter_count_matches_transformers():
-    """B2: the paper preset (40,478 + 3 specials, ctx 512) within 1% of transformers' OpenAIGPT."""
+    """The paper preset (40,478 + 3 specials, ctx 512) within 1% of transformers' OpenAIGPT."""
     transformers = pytest.importorskip("transformers")
     from gpt1.config import load_params
     from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""LR schedule and weight-decay groups (B3)."""
+"""LR schedule and weight-decay groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""D1: from a fixture set of metrics files the report's tables match golden text, and every
+"""From a fixture set of metrics files the report's tables match golden text, and every
 paper number in params (both presets) and in the rendered tables equals spec §3 (docs/paper.md)."""
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def test_damaged_metrics_file_names_it(tmp_path: Path) -> None:
 
 
 def test_figure2_has_both_panels_labels_legends_and_styles(tmp_path: Path) -> None:
-    """D5: one figure, two labelled panels; a curve per task and split / task and model;
+    """One figure, two labelled panels; a curve per task and split / task and model;
     log x on the right; Transformer solid, LSTM dashed."""
     metrics = records.read_metrics(fixture_metrics(tmp_path))
     left = figure2.layer_curves(metrics, ["mnli", "race"], [0, 2, 4])
@@ -265,7 +265,7 @@ def _table5_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_table5_avg_uses_identical_columns(make_params, tmp_path: Path) -> None:
-    """S4: a row missing a cell (no_aux has no QQP) removes that column from EVERY row's Avg,
+    """A row missing a cell (no_aux has no QQP) removes that column from EVERY row's Avg,
     the paper's included; adding an LSTM row with only CoLA and SST-2 shrinks the set again."""
     params = fixture_params(make_params)
     metrics = records.read_metrics(fixture_metrics(tmp_path))
@@ -322,7 +322,7 @@ def _preds_json(root: Path, variant: str, task: str, correct: list[float], n: in
 ])
 def test_finding_a_verdict_from_paired_bootstrap(make_params, tmp_path: Path, full, scratch,
                                                  word) -> None:
-    """S2/S3 machinery: the verdict of (a) follows the CI of the paired difference of the
+    """The verdict of (a) follows the CI of the paired difference of the
     matched-column averages; its estimate is the difference of the two rows' averages."""
     params = make_params({"report": {"bootstrap_samples": 200}})
     metrics = {}

@@ -1,4 +1,4 @@
-"""Shards: split by document (A5), header checks and tokenizer mismatch refused (A6)."""
+"""Shards: split by document, header checks and tokenizer mismatch refused."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def corpus(tiny_params, tmp_path):
 
 
 def test_no_document_in_both_splits(corpus) -> None:
-    """A5."""
+    """No document has tokens in both the train and the val shards."""
     doc_ids, _, _, index, _ = corpus
     train = {d["doc_id"] for d in index["splits"]["train"]["documents"]}
     val = {d["doc_id"] for d in index["splits"]["val"]["documents"]}
@@ -56,14 +56,14 @@ def test_shards_hold_every_document_contiguously(corpus) -> None:
 
 
 def test_reader_refuses_another_tokenizer(corpus) -> None:
-    """A6."""
+    """A shard whose tokenizer hash differs from data/tokenizer is refused."""
     *_, out = corpus
     with pytest.raises(Gpt1Error, match="written with tokenizer"):
         shards.read_shards(out, "train", "0" * 64)
 
 
 def test_reader_refuses_a_shard_with_a_foreign_header(corpus) -> None:
-    """A6: index.json matches but the shard's own header names another tokenizer."""
+    """index.json matches but the shard's own header names another tokenizer."""
     _, _, tok, index, out = corpus
     first = out / index["splits"]["train"]["shards"][0]["file"]
     data = bytearray(first.read_bytes())

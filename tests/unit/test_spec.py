@@ -1,11 +1,14 @@
-"""The repository stands alone (issue 12, M6): the spec lives in docs/paper.md, every `spec §n`
-the code cites exists there, nothing points at files beside the repository other than the data
-mirror, and gpt1.data never imports gpt1.tasks (the tasks package builds on the data package)."""
+"""The repository stands alone: the spec lives in docs/paper.md, every `spec §n` the code cites
+exists there, no line points at files beside the repository (other than the data mirror), at an
+issue tracker, a requirement id, an owner or the code's history, and gpt1.data never imports
+gpt1.tasks (the tasks package builds on the data package)."""
 
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 from spec_doc import REPO, sections, spec_text
@@ -18,9 +21,15 @@ SUFFIXES = {".py", ".c", ".md", ".yaml", ".toml", ".sh"}
 # "spec §3", "spec §1-2", "spec §1, 5", "spec §1 and 5", "docs/paper.md §5".
 SECTION = r"\d+(?:\.\d+)*"
 CITATION = re.compile(rf"(?:spec|docs/paper\.md) §({SECTION}(?:(?:-|, | and ){SECTION})*)")
-# A pointer out of the repository: the old spec beside it, or ../shared other than the data
-# mirror (written as patterns so that this file does not match them itself).
-OUTSIDE = re.compile(r"PAPER\.md|\.\./shared/(?!data\b)")
+# A pointer out of the repository: notes kept beside it (the environment, style and paper notes),
+# ../shared other than the data mirror, an issue number, an owner tag or the code's history.
+# Written as patterns (escapes, classes) so that this file's source does not match them itself.
+OUTSIDE = re.compile(r"(?:ENV|STYLE|PAPER)\.md|\.\./shared/(?!data\b)|\bowner\s*:|\b[Ii]ssue\s+\d+"
+                     r"|previous\s+commit")
+# A requirement id such as S7, M3 or B12, in a Python comment, docstring or test name. Names of
+# things that look alike are listed: the S3 object store, the L4 GPU, the F1 score, L1/L2 norms.
+REQUIREMENT_ID = re.compile(r"(?<![\w.-])[A-Z]\d{1,2}(?![\w.-])")
+LOOKALIKES = {"S3", "L4", "F1", "L1", "L2"}
 
 
 def _scanned() -> list[Path]:
@@ -73,8 +82,54 @@ def test_nothing_points_outside_the_repository_but_the_data_mirror() -> None:
             for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
             if OUTSIDE.search(line)]
     assert not hits, f"these lines point outside the repository: {hits}"
-    beside = "../shared"
-    assert OUTSIDE.search(f"{beside}/notes/x.md") and not OUTSIDE.search(f"{beside}/data")
+
+
+def test_outside_pattern_catches_every_kind_of_pointer() -> None:
+    beside, md = "../shared", ".md"
+    pointers = [f"{beside}/notes/x.md", f"see ENV{md}", f"STYLE{md} B7", f"PAPER{md} §2",
+                "(owner" + ": TASKS)", "Is" + "sue 11 item 4", "is" + "sue  3",
+                "the previous" + " commit"]
+    assert all(OUTSIDE.search(text) for text in pointers), pointers
+    fine = [f"{beside}/data", "tis" + "sue 3x", "an owner tag", "the previous step"]
+    assert not any(OUTSIDE.search(text) for text in fine), fine
+
+
+def requirement_ids(source: str) -> list[tuple[int, str]]:
+    """(line, id) for each requirement id in a Python source's comments, docstrings and test
+    names; strings that are data (messages, paths) are not read."""
+    found: list[tuple[int, str]] = []
+
+    def scan(lineno: int, text: str) -> None:
+        found.extend((lineno, m) for m in REQUIREMENT_ID.findall(text) if m not in LOOKALIKES)
+
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            scan(token.start[0], token.string)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                scan(node.body[0].lineno, doc)
+        is_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if is_function and node.name.startswith("test"):
+            scan(node.lineno, node.name.replace("_", " ").upper())
+    return found
+
+
+def test_requirement_id_reader_sees_comments_docstrings_and_test_names() -> None:
+    source = ('"""Faults (R' '2)."""\n'
+              "def test_kill_b" "4_resumes():\n"
+              '    """B' '4: kills."""\n'
+              "    x = 'M" "3'  # see S" "7\n"
+              "    remote = 'S3'  # an S3 bucket, an L4 GPU, H100, A100, 4L/256d\n")
+    assert [m for _, m in requirement_ids(source)] == ["S7", "R2", "B4", "B4"]
+
+
+def test_no_requirement_ids_in_comments_docstrings_or_test_names() -> None:
+    hits = [f"{path.relative_to(REPO)}:{lineno}: {ident}"
+            for path in _scanned() if path.suffix == ".py"
+            for lineno, ident in requirement_ids(path.read_text(encoding="utf-8"))]
+    assert not hits, f"requirement ids (say what the code does instead): {hits}"
 
 
 def imported_modules(source: str, package: str) -> set[str]:
@@ -104,7 +159,7 @@ def test_import_reader_sees_every_way_to_import_tasks() -> None:
 
 
 def test_data_package_never_imports_tasks() -> None:
-    """Issue 12 item 6: gpt1.tasks builds on gpt1.data (gate rules, text standardisation); the
+    """gpt1.tasks builds on gpt1.data (gate rules, text standardisation); the
     other direction would bring back the import cycle."""
     offenders = [p.name for p in sorted((REPO / "gpt1" / "data").glob("*.py"))
                  if _imports_tasks(imported_modules(p.read_text(encoding="utf-8"), "gpt1.data"))]

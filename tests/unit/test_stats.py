@@ -1,4 +1,4 @@
-"""S4: the report's statistics against cases with known answers."""
+"""The report's statistics against cases with known answers."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_majority_scores_from_train_and_eval_labels() -> None:
 
 
 def test_baseline_columns_from_the_task_data() -> None:
-    """S4: chance and majority per JSON score name, from the eval labels and the training
+    """Chance and majority per JSON score name, from the eval labels and the training
     split's majority label (MRPC: F1 of always "paraphrase"; RACE: 1 / 4 per group)."""
     from gpt1.scoring import baselines
     from gpt1.tasks.registry import TASKS

@@ -1,4 +1,4 @@
-"""The task table (STYLE.md B7): covers the presets' task lists, consistent rows."""
+"""The task table: covers the presets' task lists, consistent rows."""
 
 from __future__ import annotations
 

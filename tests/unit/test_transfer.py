@@ -1,4 +1,4 @@
-"""D4: layers_transferred = k copies exactly the embeddings and the first k blocks, nothing
+"""layers_transferred = k copies exactly the embeddings and the first k blocks, nothing
 else (Figure 2 left, spec §3 and 5), through transfer_weights and the fine-tune body."""
 
 from __future__ import annotations

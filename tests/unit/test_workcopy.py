@@ -1,4 +1,4 @@
-"""A preset runs in its own working copy: the workspace's params.yaml is never written (U1)."""
+"""A preset runs in its own working copy: the workspace's params.yaml is never written."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""D3: each zero-shot heuristic against a rigged language model whose preferences are known."""
+"""Each zero-shot heuristic against a rigged language model whose preferences are known."""
 
 from __future__ import annotations
 

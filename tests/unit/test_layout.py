@@ -1,0 +1,191 @@
+"""The code's layout: small modules and an import graph without cycles.
+
+Read with `ast` (nothing is imported), over every module of gpt1/ and pipelines/:
+
+- **Size.** No module is over MAX_LINES lines; gpt1/config.py (the typed schema that mirrors
+  params.yaml key for key) and gpt1/backends/kernels.c (C source) are exempt.
+- **File level.** No import cycle between modules. Every import counts, at module level or
+  inside a function: an import deferred into a function hides a cycle, it does not remove one.
+  `from pkg import name` counts as importing `pkg.name` when that is a module, else `pkg`.
+- **Folder level.** Each subpackage (gpt1/data, gpt1/tasks, gpt1/backends, gpt1/report,
+  gpt1/tracking, pipelines) is one unit and each module directly in gpt1/ is its own unit; the
+  graph of imports between units has no cycle. A subpackage's modules may import the root
+  modules below them (errors, atomic, config, ...): that is a cycle only when one of those
+  root modules also imports the subpackage.
+- **Upward imports.** An upward import is an import from unit A of a module in unit B where B,
+  through its own imports, already reaches A: B is the higher layer, A the lower one, and the
+  import points up, closing a cycle. ALLOWED_UPWARD lists the ones the layout accepts (at most
+  one), each with a comment on its import line saying why; removing them leaves the unit graph
+  acyclic.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+from pathlib import Path
+
+from spec_doc import REPO
+
+MAX_LINES = 450
+ROOTS = ("gpt1", "pipelines")
+EXEMPT = {"gpt1/config.py", "gpt1/backends/kernels.c"}
+# (importing module, imported module): the schema validates task names against the task table
+# (gpt1/tasks/registry.py imports nothing from gpt1), while the task readers take typed params.
+ALLOWED_UPWARD = {("gpt1.config", "gpt1.tasks.registry")}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's edge: importer -> imported module, and the line it sits on."""
+
+    importer: str
+    imported: str
+    lineno: int
+
+
+def module_files(repo: Path = REPO) -> dict[str, Path]:
+    """Dotted module name -> file, for every Python module under ROOTS (packages by __init__)."""
+    found: dict[str, Path] = {}
+    for root in ROOTS:
+        for path in sorted((repo / root).rglob("*.py")):
+            parts = list(path.relative_to(repo).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def package_of(module: str, path: Path) -> str:
+    """The package a module belongs to (a package's __init__ belongs to itself)."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def imports_of(module: str, source: str, package: str, known: Iterable[str]) -> list[Import]:
+    """Every import in `source` that resolves to a module in `known` (third-party ones drop)."""
+    known = set(known)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: list[Import] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            origin = ".".join(p for p in (base, node.module or "") if p)
+            targets = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in known else origin
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            resolved = resolve(target)
+            if resolved and resolved != module:
+                edges.append(Import(module, resolved, node.lineno))
+    return edges
+
+
+def unit_of(module: str, files: Mapping[str, Path]) -> str:
+    """A subpackage of ROOTS is one unit; a module directly in gpt1/ is its own."""
+    package = package_of(module, files[module])
+    return module if package == "gpt1" else package
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def all_imports(files: Mapping[str, Path]) -> list[Import]:
+    return [edge for module, path in files.items()
+            for edge in imports_of(module, path.read_text(encoding="utf-8"),
+                                   package_of(module, path), files)]
+
+
+def unit_graph(edges: Iterable[Import], files: Mapping[str, Path],
+               skip: Set[tuple[str, str]] = frozenset()) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {unit_of(m, files): set() for m in files}
+    for edge in edges:
+        a, b = unit_of(edge.importer, files), unit_of(edge.imported, files)
+        if a != b and (edge.importer, edge.imported) not in skip:
+            graph[a].add(b)
+    return graph
+
+
+def test_no_module_over_the_line_limit() -> None:
+    sizes = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+             for root in ROOTS for p in sorted((REPO / root).rglob("*"))
+             if p.suffix in {".py", ".c"}}
+    long = {name: n for name, n in sizes.items() if n > MAX_LINES and name not in EXEMPT}
+    assert not long, f"modules over {MAX_LINES} lines (split them by role): {long}"
+
+
+def test_no_import_cycle_between_files() -> None:
+    files = module_files()
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for edge in all_imports(files):
+        graph[edge.importer].add(edge.imported)
+    assert not cycles(graph), f"modules importing each other: {cycles(graph)}"
+
+
+def test_no_import_cycle_between_folders_but_the_allowed_upward_imports() -> None:
+    files = module_files()
+    edges = all_imports(files)
+    assert len(ALLOWED_UPWARD) <= 1, "at most one upward import"
+    graph = unit_graph(edges, files, skip=ALLOWED_UPWARD)
+    assert not cycles(graph), f"folders importing each other: {cycles(graph)}"
+    for importer, imported in ALLOWED_UPWARD:
+        lines = files[importer].read_text(encoding="utf-8").splitlines()
+        at = [e.lineno for e in edges if (e.importer, e.imported) == (importer, imported)]
+        assert at, f"{importer} no longer imports {imported}: drop it from ALLOWED_UPWARD"
+        assert all("#" in lines[n - 1] for n in at), f"{importer}:{at}: say why, in a comment"
+
+
+def test_cycle_finder_and_import_reader_on_known_graphs(tmp_path: Path) -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    for name, text in {"gpt1/__init__.py": "", "gpt1/errors.py": "",
+                       "gpt1/stages.py": "from gpt1.data import shards\n",
+                       "gpt1/data/__init__.py": "from ..errors import Gpt1Error\n",
+                       "gpt1/data/shards.py": "def f():\n    from gpt1 import stages\n",
+                       "pipelines/__init__.py": "import torch\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    files = module_files(tmp_path)
+    edges = {(e.importer, e.imported) for e in all_imports(files)}
+    assert edges == {("gpt1.stages", "gpt1.data.shards"), ("gpt1.data", "gpt1.errors"),
+                     ("gpt1.data.shards", "gpt1.stages")}
+    graph = unit_graph(all_imports(files), files)
+    assert graph["gpt1.data"] == {"gpt1.errors", "gpt1.stages"}
+    assert cycles(graph) == [["gpt1.data", "gpt1.stages"]]
