@@ -2,7 +2,7 @@
 
 For each family (classify, entail, similarity = 2 sequences, choice = 4 sequences) a batch of
 params.finetune.batch_size examples of a typical token length is built; one training step
-(gpt1.train.train_step: forward, backward, clipping, fused AdamW) is timed with the auxiliary
+(gpt1.step.train_step: forward, backward, clipping, fused AdamW) is timed with the auxiliary
 LM loss (lambda = params.finetune.lm_coef) and, as the peer measured in the same run, without
 it (lambda = 0), alternating round by round so load from other processes hits both alike;
 evaluation (forward only, no grad) is timed too. Prints medians, the LM-loss cost ratio, and
@@ -27,9 +27,10 @@ from gpt1.finetune import infer, make_loss_fn, resolve_hparams
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
+from gpt1.runtime import resolve_precision
+from gpt1.step import train_step
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
-from gpt1.train import resolve_precision, train_step
 
 # family -> (representative task, sequences per example, tokens per sequence)
 FAMILIES = {"classify": ("sst2", 1, 32), "entail": ("rte", 1, 96),

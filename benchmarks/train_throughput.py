@@ -44,7 +44,8 @@ from gpt1.config import load_params  # noqa: E402
 from gpt1.export import hf_state_dict  # noqa: E402
 from gpt1.model import GPT, flops_per_token  # noqa: E402
 from gpt1.optim import build_optimizer, lr_at, param_groups  # noqa: E402
-from gpt1.train import CausalLM, autocast_for, has_fast_bf16  # noqa: E402
+from gpt1.pretraining import CausalLM  # noqa: E402
+from gpt1.runtime import autocast_for, has_fast_bf16  # noqa: E402
 
 BENCH = {"n_layer": 6, "n_embd": 384, "n_head": 6, "n_inner": 4 * 384, "n_positions": 256}
 VOCAB, BATCH, THREADS = 16_384, 8, 2

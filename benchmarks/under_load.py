@@ -36,7 +36,9 @@ def child(params_path: str, steps: int) -> None:
     from gpt1.config import load_params
     from gpt1.model import GPT
     from gpt1.optim import build_optimizer
-    from gpt1.train import CausalLM, resolve_precision, train_step
+    from gpt1.pretraining import CausalLM
+    from gpt1.runtime import resolve_precision
+    from gpt1.step import train_step
 
     torch.set_num_threads(THREADS)
     params = load_params(params_path)

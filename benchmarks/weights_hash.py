@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpt1.config import load_params  # noqa: E402
 from gpt1.model import GPT  # noqa: E402
 from gpt1.optim import build_optimizer  # noqa: E402
-from gpt1.train import CausalLM, _seeded_loss, micro_batch_seed, train_step  # noqa: E402
+from gpt1.pretraining import CausalLM, micro_batch_seed, seeded_loss  # noqa: E402
+from gpt1.step import train_step  # noqa: E402
 
 VOCAB = 1000
 
@@ -56,7 +57,7 @@ def train(steps: int, precision: str, kernels: str | None) -> str:
              torch.randint(0, VOCAB, (pre.micro_batch_seqs, pre.seq_len + 1), generator=data))
             for m in range(micro)
         ]
-        train_step(lm, opt, batches, _seeded_loss, pre.lr_max, pre.grad_clip, precision)
+        train_step(lm, opt, batches, seeded_loss, pre.lr_max, pre.grad_clip, precision)
     return weights_digest(model)
 
 

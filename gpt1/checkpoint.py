@@ -26,7 +26,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
-from gpt1 import atomic
+from gpt1 import atomic, runtime
 from gpt1.backends import apply_kernels
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
@@ -53,8 +53,7 @@ def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
         model = LSTMLM(params.lstm, vocab_size)
     else:
         raise ValueError(f"unknown model kind {kind!r}")
-    apply_kernels(model, params.model.kernels,
-                  torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    apply_kernels(model, params.model.kernels, runtime.device())
     return model
 
 

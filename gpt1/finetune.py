@@ -2,7 +2,7 @@
 
 Loss: mean(classifier loss) + lm_coef * mean(LM loss) with the LM loss masked to real tokens,
 averaged per sequence, then over the batch. Adam(W) with warm-up then linear decay, gradient
-clipping, bf16 autocast: gpt1.optim / gpt1.train.train_step, the same step as pre-training.
+clipping, bf16 autocast: gpt1.optim / gpt1.step.train_step, the same step as pre-training.
 Per seed: train for the task's epochs, select the epoch with the best dev score, score the
 test split with it and save its predictions. Any body with forward(idx) -> (B, T, C) and
 lm_logits(h) works (GPT, or the LSTM baseline of the ablations).
@@ -25,22 +25,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpt1 import atomic
+from gpt1 import atomic, runtime
 from gpt1.backends import kernels_of
 from gpt1.config import Params
 from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
 from gpt1.model import GPT, transfer_weights
 from gpt1.optim import build_optimizer, lr_at
-from gpt1.progress import progress
+from gpt1.progress import MetricsSink, progress
+from gpt1.runtime import autocast_for, resolve_precision
 from gpt1.scoring import aggregate, baselines, head_predictions, score_split
+from gpt1.step import step_values, train_step
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
-from gpt1.train import autocast_for, resolve_precision, step_values, train_step
 
 log = logging.getLogger(__name__)
 
-MetricsSink = Callable[[int, dict[str, float]], None]
 BodyFactory = Callable[[int], nn.Module]
 BestSink = Callable[[TaskModel, Path], None]
 """Gets the selected model of the first seed and the folder being written (the stage's
@@ -317,7 +317,7 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
     Returns the result (scores aggregated over seeds, per-seed details, sizes). `on_best` gets
     the first seed's selected model.
     """
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = runtime.device()
     runs: list[dict[str, Any]] = []
     # out_dir appears whole or not at all: a stopped or failed run leaves no seed's predictions.
     with stop_on_signals() as stop, atomic.atomic_path(out_dir) as tmp:

@@ -13,11 +13,16 @@ import io
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
 
 log = logging.getLogger(__name__)
+
+MetricsSink = Callable[[int, dict[str, float]], None]
+"""Where a training loop reports its metrics: (step, {name: value}); gpt1.tracking gives one
+that logs to MLflow, tests give a list's append."""
 
 LOG_INTERVAL = 10.0  # seconds between two progress log lines when stderr is not a terminal
 

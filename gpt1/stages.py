@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from gpt1 import atomic, bpe, checkpoint, predict, records, tracking, train
+from gpt1 import atomic, bpe, checkpoint, predict, pretraining, records, runtime, tracking
 from gpt1 import zeroshot as zs
 from gpt1.backends import kernels_of
 from gpt1.config import Params, parse_params
@@ -30,10 +30,10 @@ from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
 from gpt1.progress import progress
 from gpt1.report import document
+from gpt1.runtime import autocast_for, resolve_precision
 from gpt1.scoring import aggregate
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
-from gpt1.train import autocast_for, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +166,8 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
     is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
     run = tracking.start_run(stage, params) if is_rank0 else contextlib.nullcontext(None)
     with run as on_metrics:
-        metrics = train.pretrain(model, train_tokens, val_tokens, params, run_dir, meta, flops,
-                                 on_metrics or (lambda step, m: None))
+        metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
+                                       flops, on_metrics or (lambda step, m: None))
         history = metrics.pop("history")
         metrics["kernels"] = meta["kernels"]
         if is_rank0:
@@ -383,7 +383,7 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
     dprd = zs.read_dprd(dprd_file) if "dprd" in cfg.tasks else []
     data, counts = zs.build_data(cfg, tables, dprd, formats.text_encoder(tok), params.seed)
     steps = sorted(int(s) for s in checkpoint.read_model_meta(Path(run_dir))["zeroshot"])
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = runtime.device()
     precision = resolve_precision(params.pretrain.precision, device)
     n_ctx = params.model.n_positions
     rows, frames = [], []

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
+from gpt1.progress import MetricsSink
 from gpt1.tracking import lineage, store
 from gpt1.tracking.create import create_run, flatten, get_run, open_run, run_spec
 from gpt1.tracking.pending import RELOG_COMMAND, Pending
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MetricsSink = Callable[[int, dict[str, float]], None]
 
 # MLflow's limit of metrics per log_batch call.
 MAX_BATCH_METRICS = 1000

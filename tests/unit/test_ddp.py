@@ -22,7 +22,7 @@ OVERRIDES = {"pretrain": {"max_tokens": 12 * 4 * 32, "log_interval_steps": 1,
 def _train(run_dir: Path, out: Path) -> None:
     """One rank of a run; rank 0 writes the per-step losses and val losses to `out`."""
     from gpt1.model import GPT
-    from gpt1.train import pretrain
+    from gpt1.pretraining import pretrain
 
     torch.set_num_threads(1)
     params = parse_params(make_params_dict(run_dir.parent, OVERRIDES), "tiny")

@@ -19,7 +19,7 @@ from gpt1.backends import kernels as K
 from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.model import GPT
-from gpt1.train import CausalLM
+from gpt1.pretraining import CausalLM
 
 CPU = torch.device("cpu")
 

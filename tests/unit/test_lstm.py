@@ -8,7 +8,7 @@ import torch
 
 from gpt1 import checkpoint
 from gpt1.lstm import LSTMLM, lstm_flops_per_token
-from gpt1.train import pretrain
+from gpt1.pretraining import pretrain
 from tests.unit.test_train import VOCAB, _one_thread, _tokens  # noqa: F401 (autouse fixture)
 
 

@@ -9,16 +9,9 @@ import torch
 from gpt1 import checkpoint
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
-from gpt1.train import (
-    CausalLM,
-    NonFiniteLossError,
-    has_fast_bf16,
-    pretrain,
-    resolve_precision,
-    step_values,
-    train_step,
-    zero_shot_steps,
-)
+from gpt1.pretraining import CausalLM, pretrain, zero_shot_steps
+from gpt1.runtime import has_fast_bf16, resolve_precision
+from gpt1.step import NonFiniteLossError, step_values, train_step
 
 VOCAB = 64
 
@@ -118,7 +111,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_checkpoint(make_params, tmp_pa
             with torch.no_grad():
                 next(holder["model"].parameters()).fill_(float("nan"))
 
-    import gpt1.train as train_mod
+    import gpt1.pretraining as train_mod
 
     orig = train_mod.build_optimizer
 

@@ -9,19 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1 import train as train_mod
+from gpt1 import runtime
 from gpt1.backends import kernels_of
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
-from gpt1.train import (
-    CausalLM,
-    NonFiniteLossError,
-    NonFiniteWatch,
-    cost_projection,
-    has_fast_bf16,
-    step_values,
-    train_step,
-)
+from gpt1.pretraining import CausalLM, cost_projection
+from gpt1.runtime import has_fast_bf16
+from gpt1.step import NonFiniteLossError, NonFiniteWatch, step_values, train_step
 from tests.unit.test_train import VOCAB, _one_thread, _run, _tokens  # noqa: F401 (fixture)
 
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
@@ -90,13 +84,13 @@ def test_watch_names_the_first_bad_step(tmp_path):
         watch.check(tmp_path)
 
 
-def test_training_device_is_the_local_rank_gpu(monkeypatch):
-    assert train_mod.training_device() == torch.device("cpu")
+def test_the_device_is_the_local_rank_gpu(monkeypatch):
+    assert runtime.device() == torch.device("cpu")
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     monkeypatch.setenv("LOCAL_RANK", "3")
-    assert train_mod.training_device() == torch.device("cuda", 3)
+    assert runtime.device() == torch.device("cuda", 3)
     assert chosen == [3]
 
 
@@ -106,7 +100,7 @@ def test_cost_projection_and_its_log_line(make_params, tmp_path, caplog):
                     "hours": 2e6 / 500.0 / 3600.0}
     assert "hours" not in cost_projection(1000, 6e3, 10)
     params = make_params({"pretrain": {"precision": "fp32", "max_tokens": 1280}})
-    with caplog.at_level(logging.INFO, logger="gpt1.train"):
+    with caplog.at_level(logging.INFO, logger="gpt1.pretraining"):
         _run(params, tmp_path / "run")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cost:")]
     n_params = sum(p.numel() for p in GPT(params.model, VOCAB).parameters())

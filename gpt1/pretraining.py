@@ -1,0 +1,378 @@
+"""The pre-training loop (spec §1): resumable, data-parallel, native bf16.
+
+`pretrain` runs `for step in range(start, total_steps)` over seeded windows of the token
+shards. Each step is one `train_step`; then three components, each deciding when it is due,
+read the step: the `Meter` (train loss and throughput every log_interval_steps, the cost
+projection after the first timed steps), the `Evaluator` (validation loss every
+eval_interval_steps) and the `Checkpointer` (a checkpoint every checkpoint_interval_steps and
+at a stop, log-spaced zero-shot weights). The loss stays on the device between their sync
+points. A run killed at any moment and re-run ends bit-identical to one never stopped: the
+data order is a pure function of (seed, sequence index) and every micro-batch reseeds the
+dropout generator from (seed, step, micro-batch), so no hidden state outlives a step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from gpt1 import checkpoint
+from gpt1.config import Params
+from gpt1.data.loader import WindowSampler, eval_windows
+from gpt1.errors import Gpt1Error
+from gpt1.interrupt import stop_on_signals
+from gpt1.lstm import LSTMLM
+from gpt1.model import GPT
+from gpt1.optim import build_optimizer, lr_at
+from gpt1.progress import MetricsSink, progress
+from gpt1.runtime import autocast_for, distributed, resolve_precision, stop_agreed, sync, to_device
+from gpt1.runtime import device as run_device
+from gpt1.step import NonFiniteWatch, train_step
+
+log = logging.getLogger(__name__)
+
+# Fields that change what is logged or how fast, never the trained weights: a run may resume
+# from a checkpoint written with other values of these.
+_NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
+                   "checkpoint_interval_steps", "compile")
+PROJECTION_STEPS = 3
+"""Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
+
+
+class CausalLM(nn.Module):
+    """Wraps a language model so one forward returns the mean next-token loss (what DDP and
+    torch.compile wrap). Input: (B, T + 1) windows."""
+
+    def __init__(self, lm: GPT | LSTMLM) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, windows: torch.Tensor) -> torch.Tensor:
+        h = self.lm(windows[:, :-1])  # (B, T, C)
+        return self.lm.lm_losses(h, windows[:, 1:]).mean()  # fused output layer + loss
+
+
+def seeded_loss(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
+    """The loss of one (seed, windows) micro-batch, its dropout masks drawn from `seed`."""
+    seed, windows = batch
+    torch.manual_seed(seed)  # dropout masks depend on (run seed, step, micro-batch) only
+    loss: torch.Tensor = model(windows)
+    return loss
+
+
+def micro_batch_seed(seed: int, step: int, micro: int) -> int:
+    """A 63-bit seed for one global micro-batch (independent of rank count)."""
+    blob = hashlib.sha256(f"{seed}/{step}/{micro}".encode()).digest()
+    return int.from_bytes(blob[:8], "little") >> 1
+
+
+def zero_shot_steps(total_steps: int, count: int) -> list[int]:
+    """`count` log-spaced update counts in [1, total_steps] (Figure 2 right), deduplicated."""
+    if count == 0:
+        return []
+    return sorted({int(round(s)) for s in np.geomspace(1, total_steps, count)})
+
+
+def total_steps_for(cfg: Any, windows_per_epoch: int) -> int:
+    """Updates in the run from the token or epoch budget (exactly one is set)."""
+    tokens_per_step = cfg.batch_seqs * cfg.seq_len
+    if cfg.max_tokens is not None:
+        steps = cfg.max_tokens // tokens_per_step
+    else:
+        steps = int(cfg.epochs * windows_per_epoch // cfg.batch_seqs)
+    if steps < 1:
+        raise Gpt1Error(f"pretrain budget is less than one update of {tokens_per_step} tokens")
+    return int(steps)
+
+
+def cost_projection(n_params: int, flops_per_token: float, tokens: int,
+                    tokens_per_s: float | None = None) -> dict[str, float]:
+    """Parameters, FLOPs per token, planned tokens, total FLOPs and, given a training rate,
+    the hours they take (matmul FLOPs, as flops_per_token counts them)."""
+    out = {"params": float(n_params), "flops_per_token": flops_per_token,
+           "tokens": float(tokens), "flops": flops_per_token * tokens}
+    if tokens_per_s:
+        out["hours"] = tokens / tokens_per_s / 3600.0
+    return out
+
+
+def resume_key(params: Params, kind: str, tokenizer_hash: str, precision: str) -> str:
+    """Digest of everything that determines the trained weights."""
+    pretrain = {k: v for k, v in params.pretrain.model_dump(mode="json").items()
+                if k not in _NOT_TRAJECTORY}
+    arch = params.model if kind == "gpt" else params.lstm
+    blob = json.dumps([kind, arch.model_dump(mode="json"), pretrain, params.seed,
+                       tokenizer_hash, precision], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def validation_loss(
+    model: nn.Module, windows: torch.Tensor, micro_batch_seqs: int, precision: str,
+    rank: int, world: int,
+) -> dict[str, float]:
+    """Mean validation loss over the fixed windows and its perplexity (token level)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = torch.zeros(2, dtype=torch.float64, device=device)
+    with torch.no_grad(), autocast_for(precision, device):
+        for i, start in enumerate(range(0, len(windows), micro_batch_seqs)):
+            if i % world == rank:
+                batch = to_device(windows[start : start + micro_batch_seqs], device)
+                total[0] += model(batch).double() * len(batch)
+                total[1] += len(batch)
+    if world > 1:
+        dist.all_reduce(total)
+    model.train(was_training)
+    loss = (total[0] / total[1]).item()
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
+
+
+class Meter:
+    """Train loss and throughput every log_interval_steps and at the end (rank 0 logs), and
+    the cost projection: steps start+2 .. start+1+PROJECTION_STEPS timed, then the hours."""
+
+    def __init__(self, cfg: Any, total_steps: int, start: int, flops_per_token: float,
+                 device: torch.device, rank: int, kind: str, on_metrics: MetricsSink) -> None:
+        self.every, self.total, self.device, self.rank = (cfg.log_interval_steps, total_steps,
+                                                          device, rank)
+        self.tokens_per_step = cfg.batch_seqs * cfg.seq_len
+        self.flops_per_token, self.on_metrics = flops_per_token, on_metrics
+        self.timed_from = start + 1 if total_steps - start > PROJECTION_STEPS + 1 else None
+        self.planned_tokens = total_steps * self.tokens_per_step
+        self.bar = progress(total=total_steps, initial=start, unit="step", disable=rank != 0,
+                            desc=f"pretrain {kind}", mininterval=2.0, dynamic_ncols=True)
+        self.window_t, self.window_steps, self.tokens_per_s = time.perf_counter(), 0, 0.0
+
+    def due(self, done: int) -> bool:
+        return done % self.every == 0 or done == self.total
+
+    def start_step(self, step: int) -> None:
+        if step == self.timed_from:
+            sync(self.device)
+            self.timed_t = time.perf_counter()
+
+    def end_step(self, done: int) -> None:
+        self.window_steps += 1
+        self.bar.update(1)
+        if self.timed_from is not None and done == self.timed_from + PROJECTION_STEPS:
+            sync(self.device)
+            rate = PROJECTION_STEPS * self.tokens_per_step / (time.perf_counter() - self.timed_t)
+            hours = cost_projection(0, self.flops_per_token, self.planned_tokens, rate)["hours"]
+            log.info("cost: %.0f tokens/s (%.4g FLOP/s) over steps %d-%d: %.2f h in all, "
+                     "%.2f h left", rate, rate * self.flops_per_token, self.timed_from + 1, done,
+                     hours, hours * (self.total - done) / self.total)
+
+    def log(self, done: int, last: dict[str, float]) -> None:
+        elapsed = time.perf_counter() - self.window_t
+        self.tokens_per_s = self.window_steps * self.tokens_per_step / elapsed
+        self.window_t, self.window_steps = time.perf_counter(), 0
+        self.bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{self.tokens_per_s:,.0f}")
+        if self.rank == 0:
+            self.on_metrics(done, {**last, "tokens_per_s": self.tokens_per_s,
+                                   "flops_per_s": self.tokens_per_s * self.flops_per_token,
+                                   "tokens": float(done * self.tokens_per_step)})
+
+
+class Evaluator:
+    """Validation loss every eval_interval_steps and at the end, appended to the history."""
+
+    def __init__(self, cfg: Any, total_steps: int, loss_module: nn.Module, windows: torch.Tensor,
+                 precision: str, rank: int, world: int, history: list[dict[str, Any]],
+                 on_metrics: MetricsSink) -> None:
+        self.every, self.total, self.module, self.windows = (cfg.eval_interval_steps,
+                                                             total_steps, loss_module, windows)
+        self.micro, self.precision, self.rank, self.world = (cfg.micro_batch_seqs, precision,
+                                                             rank, world)
+        self.tokens_per_step = cfg.batch_seqs * cfg.seq_len
+        self.history, self.on_metrics = history, on_metrics
+
+    def due(self, done: int) -> bool:
+        return done % self.every == 0 or done == self.total
+
+    def run(self, done: int, last: dict[str, float]) -> None:
+        ev = validation_loss(self.module, self.windows, self.micro, self.precision, self.rank,
+                             self.world)
+        self.history.append({"step": done, "tokens": done * self.tokens_per_step,
+                             "train_loss": last["loss"], **ev})
+        log.info("step %d: train loss %.4f, val loss %.4f, val ppl %.2f",
+                 done, last["loss"], ev["val_loss"], ev["val_ppl"])
+        if self.rank == 0:
+            self.on_metrics(done, ev)
+
+
+class Checkpointer:
+    """A checkpoint every checkpoint_interval_steps, at the end and when stopping (rank 0
+    writes, every rank waits), and the zero-shot weights at log-spaced steps."""
+
+    def __init__(self, cfg: Any, total_steps: int, run_dir: Path, lm: nn.Module,
+                 optimizer: torch.optim.Optimizer, key: str, meta: dict[str, Any],
+                 params: dict[str, Any], rank: int, world: int) -> None:
+        self.every, self.total, self.run_dir, self.lm = (cfg.checkpoint_interval_steps,
+                                                         total_steps, run_dir, lm)
+        self.optimizer, self.rank, self.world = optimizer, rank, world
+        self.key, self.meta, self.params = key, meta, params
+        self.batch_seqs = cfg.batch_seqs
+        self.zero_shot = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints))
+
+    def due(self, done: int) -> bool:
+        return done % self.every == 0 or done == self.total
+
+    def zero_shot_due(self, done: int) -> bool:
+        return done in self.zero_shot
+
+    def save_zero_shot(self, done: int) -> None:
+        if self.rank == 0:
+            checkpoint.save_weights(checkpoint.zeroshot_path(self.run_dir, done), self.lm)
+
+    def save(self, done: int, history: list[dict[str, Any]]) -> None:
+        if self.rank == 0:
+            checkpoint.save_checkpoint(self.run_dir, done, self.lm, self.optimizer, {
+                "resume_key": self.key, "data_position": done * self.batch_seqs,
+                "history": history, **self.meta, "params": self.params,
+            })
+        if self.world > 1:
+            dist.barrier()
+
+
+def pretrain(
+    lm: GPT | LSTMLM,
+    train_tokens: Sequence[np.ndarray],
+    val_tokens: Sequence[np.ndarray],
+    params: Params,
+    run_dir: str | Path,
+    meta: dict[str, Any],
+    flops_per_token: float,
+    on_metrics: MetricsSink,
+) -> dict[str, Any]:
+    """Pre-train `lm` to params.pretrain's budget in run_dir, resuming from its latest checkpoint.
+
+    `meta` (kind, vocab_size, tokenizer_hash) is recorded with every checkpoint and the final
+    model. Returns the final metrics (val loss/perplexity, throughput).
+    """
+    cfg, run_dir = params.pretrain, Path(run_dir)
+    device = run_device()
+    precision = resolve_precision(cfg.precision, device)
+    with distributed(device.type) as (rank, world), stop_on_signals() as stop:
+        accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
+        if rem or accum < 1:
+            raise Gpt1Error(
+                f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
+                f"{cfg.micro_batch_seqs} x accumulation x {world} ranks"
+            )
+        sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
+        val = eval_windows(val_tokens, cfg.seq_len, cfg.eval_batches * cfg.micro_batch_seqs)
+        total_steps = total_steps_for(cfg, sampler.windows_per_epoch)
+        lm.to(device).train()
+        optimizer = build_optimizer(lm, cfg.lr_max, (cfg.adam_beta1, cfg.adam_beta2),
+                                    cfg.adam_eps, cfg.weight_decay)
+        key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
+        start, history = _resume(run_dir, lm, optimizer, key, rank)
+        loss_module = CausalLM(lm)
+        if cfg.compile:
+            loss_module.compile()  # in place: state_dict keys and DDP wrapping unchanged
+        module: nn.Module = loss_module
+        if world > 1:
+            module = DistributedDataParallel(
+                loss_module, device_ids=[device.index] if device.type == "cuda" else None)
+        log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
+                 "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
+                 cfg.micro_batch_seqs, accum, world, precision, start)
+        plan = cost_projection(sum(p.numel() for p in lm.parameters()), flops_per_token,
+                               total_steps * cfg.batch_seqs * cfg.seq_len)
+        log.info("cost: %.4g parameters, %.4g FLOP/token, %.4g tokens planned, %.4g FLOP in all",
+                 plan["params"], plan["flops_per_token"], plan["tokens"], plan["flops"])
+        watch = NonFiniteWatch(device)
+        meter = Meter(cfg, total_steps, start, flops_per_token, device, rank, meta["kind"],
+                      on_metrics)
+        evaluator = Evaluator(cfg, total_steps, loss_module, val, precision, rank, world,
+                              history, on_metrics)
+        checkpointer = Checkpointer(cfg, total_steps, run_dir, lm, optimizer, key, meta,
+                                    params.as_dict(), rank, world)
+        last: dict[str, float] = {}
+        for step in range(start, total_steps):
+            meter.start_step(step)
+            micro = [
+                (micro_batch_seed(params.seed, step, m),
+                 to_device(sampler.batch(step * cfg.batch_seqs + m * cfg.micro_batch_seqs,
+                                         cfg.micro_batch_seqs), device))
+                for m in range(rank * accum, (rank + 1) * accum)
+            ]
+            lr = lr_at(step, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
+            loss, norm, finite = train_step(module, optimizer, micro, seeded_loss, lr,
+                                             cfg.grad_clip, precision, watch.halted)
+            watch.record(step, loss, norm, finite)
+            done = step + 1
+            meter.end_step(done)
+            if (meter.due(done) or evaluator.due(done) or checkpointer.due(done)
+                    or checkpointer.zero_shot_due(done)):
+                watch.check(run_dir)  # the loop's only host syncs: log, eval, checkpoint, end
+                last = {"loss": loss.item(), "grad_norm": norm.item(), "lr": lr}
+            if meter.due(done):
+                meter.log(done, last)
+            if evaluator.due(done):
+                evaluator.run(done, last)
+            if checkpointer.zero_shot_due(done):
+                checkpointer.save_zero_shot(done)
+            stopping = stop_agreed(stop, world, device)
+            if stopping:
+                watch.check(run_dir)  # a stop between log intervals saves checked weights too
+            if checkpointer.due(done) or stopping:
+                checkpointer.save(done, history)
+            if stopping and done < total_steps:
+                meter.bar.close()
+                raise stop.stop(f"stopped at step {done}; re-run to resume")
+        meter.bar.close()
+        if rank == 0:
+            checkpoint.write_model(run_dir, lm, {
+                **meta, "params": params.as_dict(), "step": total_steps, "precision": precision,
+                "arch": params.model.arch if meta["kind"] == "gpt" else "lstm",
+            })
+        final = history[-1] if history else {}
+        return {
+            "steps": total_steps, "tokens": total_steps * cfg.batch_seqs * cfg.seq_len,
+            "val_loss": final.get("val_loss"), "val_ppl": final.get("val_ppl"),
+            "tokens_per_s": meter.tokens_per_s,
+            "flops_per_s": meter.tokens_per_s * flops_per_token,
+            "precision": precision, "world_size": world, "history": history,
+        }
+
+
+def _resume(
+    run_dir: Path, lm: nn.Module, optimizer: torch.optim.Optimizer, key: str, rank: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """(start step, eval history) from the latest checkpoint, or (0, []) for a fresh run.
+
+    Checkpoints written with other trajectory-defining params are discarded (the run restarts),
+    as DVC would have deleted a non-persistent output.
+    """
+    if rank == 0:
+        checkpoint.remove_partial_writes(run_dir)
+    ckpt = checkpoint.latest_checkpoint(run_dir)
+    if ckpt is None:
+        return 0, []
+    state = checkpoint.read_checkpoint_state(ckpt)
+    if state.get("resume_key") != key:
+        log.warning("%s: written with other params; starting a fresh run", ckpt)
+        if rank == 0:
+            shutil.rmtree(run_dir / checkpoint.CKPT_DIR, ignore_errors=True)
+            shutil.rmtree(run_dir / checkpoint.ZEROSHOT_DIR, ignore_errors=True)
+        if dist.is_initialized():
+            dist.barrier()
+        return 0, []
+    state = checkpoint.load_checkpoint(ckpt, lm, optimizer)
+    log.info("resuming from %s (step %d)", ckpt, state["step"])
+    return int(state["step"]), list(state["history"])

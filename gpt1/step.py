@@ -1,0 +1,125 @@
+"""One optimiser update, shared by pre-training and fine-tuning, and its non-finite guard.
+
+`train_step` accumulates gradients over micro-batches, clips and steps without a host sync;
+the update is skipped on the device when the loss or the gradient norm is not finite.
+Fine-tuning reads every step (`step_values`); pre-training reads only at its sync points and
+keeps the first bad step in a `NonFiniteWatch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from gpt1 import checkpoint
+from gpt1.errors import Gpt1Error
+from gpt1.runtime import autocast_for
+
+
+class NonFiniteLossError(Gpt1Error):
+    """Loss or gradient norm became NaN/inf; the step was not applied."""
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: list[Any],
+    loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+    lr: float,
+    grad_clip: float,
+    precision: str,
+    halted: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One update without a host sync: (mean loss, grad norm, finite) as device tensors.
+
+    Accumulates loss/len(micro_batches) gradients, clips the norm, steps. Under DDP, gradients
+    are all-reduced on the last micro-batch only and the loss is the mean over ranks. The
+    update is applied only when loss and norm are finite and `halted` (a device flag: an
+    earlier step was not) is unset: the fused AdamW kernel reads `found_inf` on the device and
+    then leaves weights, moments and step count as they were (the flag torch's GradScaler
+    sets), so no step waits for the GPU to decide; `optimizer` must be a fused one
+    (gpt1.optim.build_optimizer). step_values reads the result.
+    """
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    device = next(model.parameters()).device
+    ddp = isinstance(model, DistributedDataParallel)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for i, batch in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sync = (contextlib.nullcontext() if (last or not ddp)
+                else cast(DistributedDataParallel, model).no_sync())
+        with sync:
+            with autocast_for(precision, device):
+                loss = loss_fn(model, batch)
+            (loss / len(micro_batches)).backward()
+        total += loss.detach().double()
+    mean_loss = total / len(micro_batches)
+    if ddp:
+        dist.all_reduce(mean_loss)
+        mean_loss /= dist.get_world_size()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    finite = torch.isfinite(mean_loss) & torch.isfinite(grad_norm)
+    skip = ~finite if halted is None else ~finite | halted
+    optimizer.found_inf = skip.float()  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
+    optimizer.zero_grad(set_to_none=True)
+    return mean_loss, grad_norm, finite
+
+
+def step_values(step: tuple[torch.Tensor, torch.Tensor, torch.Tensor], lr: float
+                ) -> dict[str, float]:
+    """Read a train_step's loss and norm (one host sync), as fine-tuning does every step.
+
+    Raises NonFiniteLossError on NaN/inf (the update was not applied).
+    """
+    loss_value, norm_value = step[0].item(), step[1].item()
+    if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+        raise NonFiniteLossError(f"non-finite loss {loss_value} / grad norm {norm_value}")
+    return {"loss": loss_value, "grad_norm": norm_value, "lr": lr}
+
+
+class NonFiniteWatch:
+    """The first non-finite update of a run, tracked on the device and read only at the loop's
+    sync points (logging, evaluation, checkpoints): no per-step host sync.
+
+    Trade-off: a NaN/inf is reported up to log_interval_steps - 1 steps after it happened. No
+    update is applied from that step on (`halted` is sticky and train_step skips the update),
+    so the weights are those before the bad step, and every checkpoint write is preceded by
+    `check`: no checkpoint ever holds a state after it; the last good one is kept.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.first = torch.full((), -1, dtype=torch.int64, device=device)
+        self.values = torch.zeros(2, dtype=torch.float64, device=device)
+
+    @property
+    def halted(self) -> torch.Tensor:
+        return self.first >= 0
+
+    def record(self, step: int, loss: torch.Tensor, norm: torch.Tensor,
+               finite: torch.Tensor) -> None:
+        new = (self.first < 0) & ~finite
+        self.first = torch.where(new, step, self.first)
+        self.values = torch.where(new, torch.stack([loss.double(), norm.double()]), self.values)
+
+    def check(self, run_dir: Path) -> None:
+        """Raise NonFiniteLossError naming the first bad step (0-based), if there was one."""
+        first = int(self.first.item())
+        if first >= 0:
+            loss, norm = self.values.tolist()
+            kept = checkpoint.latest_checkpoint(run_dir)
+            raise NonFiniteLossError(
+                f"non-finite loss {loss} / grad norm {norm} at step {first}; stopped, last good "
+                f"checkpoint kept: {kept}", run_dir)
