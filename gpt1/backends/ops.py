@@ -5,132 +5,35 @@ and torch.compile traces through them without graph breaks.
 Dropout masks are a hash of (seed, element index) (gpt1/backends/kernels.py): each op takes
 its seed as an int64 scalar tensor drawn from torch's generator, and backward regenerates the
 mask from it instead of keeping the mask. Large intermediates live in a `ScratchPool` per
-module (eager only: `pool` is its index in `POOLS`, -1 = fresh tensors, as under compile).
+module (gpt1/backends/scratch.py; eager only, -1 = fresh tensors, as under compile).
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from gpt1.backends import kernels as K
-
-SEED_BITS = 0xFFFFFFFFFFFFFFFF
-
-
-class ScratchPool:
-    """A module's large intermediates (by slot name) kept across training steps.
-
-    A fresh multi-MB tensor per step is fresh pages, and faulting them in costs as much as the
-    work written into them: the output-layer GEMM ran 1.7x slower into a fresh 67 MB logits
-    tensor than into warm memory, and the page faults of fresh activations were ~15% of a bf16
-    training step (bench config). The buffers are lent to one pending autograd node at a time:
-    its forward `lend`s them, its `setup_context` `hold`s them (by a weak reference to the
-    node), its backward reuses and `release`s them; any other node gets fresh tensors meanwhile
-    (or until the holder is gone). A node that used pooled buffers can be backpropagated once.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[str, torch.dtype, torch.device], Tensor] = {}
-        self._holder: Any = None  # weakref to the autograd ctx that holds the buffers
-        self._pending = False  # lent by a forward whose node is not set up yet
-
-    def lend(self) -> bool:
-        """True (and the buffers are this forward's) when no live node holds them."""
-        holder = self._holder() if self._holder is not None else None
-        if holder is not None or self._pending:
-            return False
-        self._pending = True
-        return True
-
-    def hold(self, ctx: Any) -> None:
-        self._pending, self._holder = False, weakref.ref(ctx)
-
-    def holds(self, ctx: Any) -> bool:
-        return self._holder is not None and self._holder() is ctx
-
-    def release(self) -> None:
-        self._holder, self._pending = None, False
-
-    def take(self, key: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
-             ) -> Tensor:
-        numel = math.prod(shape)
-        slot = (key, dtype, torch.device(device))  # fp32 and bf16 steps keep their own
-        buf = self._buffers.get(slot)
-        if buf is None or buf.numel() < numel:
-            buf = self._buffers[slot] = torch.empty(numel, dtype=dtype, device=device)
-        return buf[:numel].view(shape)
-
-
-POOLS: list[ScratchPool] = []
-
-
-def new_pool() -> int:
-    """Index of a fresh ScratchPool in POOLS (a module keeps the index, the ops take it)."""
-    POOLS.append(ScratchPool())
-    return len(POOLS) - 1
-
-
-def _buffer(pool: int, key: str, like: Tensor, shape: tuple[int, ...]) -> Tensor:
-    if pool < 0:
-        return torch.empty(shape, dtype=like.dtype, device=like.device)
-    return POOLS[pool].take(key, shape, like.dtype, like.device)
-
-
-def _lend(pool: int, *inputs: Tensor) -> int:
-    """`pool` when this forward may use it, else -1: it builds an autograd node (whose
-    setup_context holds the pool), runs eagerly (compiled graphs manage their own memory), and
-    no pending node holds the pool."""
-    if (pool < 0 or torch.compiler.is_compiling() or not torch.is_grad_enabled()
-            or not any(t.requires_grad for t in inputs)):
-        return -1
-    return pool if POOLS[pool].lend() else -1
-
-
-def _hold(ctx: Any, pool: int) -> None:
-    ctx.pool = pool
-    if pool >= 0:
-        POOLS[pool].hold(ctx)
-
-
-def _backward_once(ctx: Any, what: str) -> None:
-    """Nodes that keep activations in a ScratchPool can be backpropagated once: after their
-    backward released the pool, a later forward may have reused the buffers."""
-    if getattr(ctx, "backpropagated", False):
-        raise RuntimeError(f"{what}: backward through the same graph twice")
-    ctx.backpropagated = True
-
-
-def _no_zero_grads(ctx: Any) -> None:
-    """Outputs kept only for backward (probabilities, activations, statistics) get no gradient:
-    pass None for them, not a zero-filled tensor of their size (the (N, V) softmax alone is
-    67 MB per step at the bench config)."""
-    ctx.set_materialize_grads(False)
-
-
-def _release(ctx: Any) -> None:
-    if ctx.pool >= 0:
-        POOLS[ctx.pool].release()
-
-
-def _seed(seed: Tensor) -> int:
-    return int(seed) & SEED_BITS
-
-
-def new_seed() -> Tensor:
-    """An int64 mask seed drawn from torch's CPU generator (so manual_seed governs it)."""
-    return torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)
-
+from gpt1.backends.scratch import (  # noqa: F401 (new_pool, new_seed: the ops' API)
+    backward_once,
+    buffer,
+    hold,
+    lend,
+    mask_seed,
+    new_pool,
+    new_seed,
+    no_zero_grads,
+    release,
+)
 
 # ---- dropout: keep ? x * scale : 0; the same op with the same seed is its own backward -------
 
 @torch.library.custom_op("gpt1::dropout", mutates_args=())
 def dropout(x: Tensor, seed: Tensor, p: float) -> Tensor:
-    return K.dropout(x, _seed(seed), p)
+    return K.dropout(x, mask_seed(seed), p)
 
 
 @dropout.register_fake
@@ -139,7 +42,7 @@ def _(x: Tensor, seed: Tensor, p: float) -> Tensor:
 
 
 def _dropout_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    _no_zero_grads(ctx)
+    no_zero_grads(ctx)
     ctx.save_for_backward(inputs[1])
     ctx.p = inputs[2]
 
@@ -166,7 +69,7 @@ def _(weight: Tensor, idx: Tensor, head_dtype: torch.dtype) -> tuple[Tensor, Ten
 
 
 def _tied_lookup_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    _no_zero_grads(ctx)
+    no_zero_grads(ctx)
     weight, idx, _ = inputs
     ctx.save_for_backward(idx)
     ctx.weight_shape, ctx.weight_dtype = weight.shape, weight.dtype
@@ -197,10 +100,10 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, seed: Tensor, p: float, po
     """(y, probs, dropped probs): softmax(q k^T / sqrt(hs) + causal mask), its dropout, y =
     dropped @ v. The masking, softmax and dropout are one fused pass (K.causal_attention_probs)."""
     n, T, hs = q.shape
-    scores = torch.bmm(q, k.transpose(1, 2), out=_buffer(pool, "scratch", q, (n, T, T)))
+    scores = torch.bmm(q, k.transpose(1, 2), out=buffer(pool, "scratch", q, (n, T, T)))
     probs, dropped = K.causal_attention_probs(
-        scores.view(n * T, T), 1.0 / math.sqrt(hs), _seed(seed), p,
-        out=(_buffer(pool, "probs", q, (n * T, T)), _buffer(pool, "dropped", q, (n * T, T))),
+        scores.view(n * T, T), 1.0 / math.sqrt(hs), mask_seed(seed), p,
+        out=(buffer(pool, "probs", q, (n * T, T)), buffer(pool, "dropped", q, (n * T, T))),
     )
     probs, dropped = probs.view(n, T, T), dropped.view(n, T, T)
     return torch.bmm(dropped, v), probs, dropped
@@ -221,9 +124,9 @@ def causal_attention_backward(
     n, T, hs = q.shape
     grad_y = grad_y.to(v.dtype)
     grad_v = torch.bmm(dropped.transpose(1, 2), grad_y)
-    grad_dropped = torch.bmm(grad_y, v.transpose(1, 2), out=_buffer(pool, "scratch", v, (n, T, T)))
+    grad_dropped = torch.bmm(grad_y, v.transpose(1, 2), out=buffer(pool, "scratch", v, (n, T, T)))
     grad_scores = K.causal_attention_probs_backward(
-        probs.view(n * T, T), grad_dropped.view(n * T, T), 1.0 / math.sqrt(hs), _seed(seed), p
+        probs.view(n * T, T), grad_dropped.view(n * T, T), 1.0 / math.sqrt(hs), mask_seed(seed), p
     ).view(n, T, T)  # includes the 1/sqrt(hs) scale
     return torch.bmm(grad_scores, k), torch.bmm(grad_scores.transpose(1, 2), q), grad_v
 
@@ -235,18 +138,18 @@ def _(grad_y: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, dropped: T
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    _no_zero_grads(ctx)
+    no_zero_grads(ctx)
     q, k, v, seed, p, pool = inputs
     ctx.save_for_backward(q, k, v, output[1], output[2], seed)
     ctx.p = p
-    _hold(ctx, pool)
+    hold(ctx, pool)
 
 
 def _attention_backward(ctx: Any, grad_y: Tensor, *_: Any) -> tuple[Any, ...]:
-    _backward_once(ctx, "attention")
+    backward_once(ctx, "attention")
     q, k, v, probs, dropped, seed = ctx.saved_tensors
     grads = causal_attention_backward(grad_y, q, k, v, probs, dropped, seed, ctx.p, ctx.pool)
-    _release(ctx)
+    release(ctx)
     return *grads, None, None, None
 
 
@@ -255,7 +158,7 @@ causal_attention.register_autograd(_attention_backward, setup_context=_attention
 
 def attend(q: Tensor, k: Tensor, v: Tensor, p: float, pool: int) -> Tensor:
     """(n, T, hs) q, k, v in one dtype -> (n, T, hs) causal attention with dropout p."""
-    y, _, _ = causal_attention(q, k, v, new_seed(), p, _lend(pool, q, k, v))
+    y, _, _ = causal_attention(q, k, v, new_seed(), p, lend(pool, q, k, v))
     return y
 
 
@@ -278,8 +181,8 @@ def mlp(x: Tensor, w_fc: Tensor, b_fc: Tensor, w_proj: Tensor, b_proj: Tensor, p
     """(y, u, a): u = c_fc(x), a = gelu(u), y = c_proj(a); the two (N, 4C) intermediates in
     the pool (a fresh 6 MB tensor each per layer and step was mostly page faults)."""
     shape = (x.size(0), w_fc.size(0))
-    u = torch.addmm(b_fc, x, w_fc.t(), out=_buffer(pool, "u", x, shape))
-    a = K.gelu(u, out=_buffer(pool, "a", x, shape))
+    u = torch.addmm(b_fc, x, w_fc.t(), out=buffer(pool, "u", x, shape))
+    a = K.gelu(u, out=buffer(pool, "a", x, shape))
     return torch.addmm(b_proj, a, w_proj.t()), u, a
 
 
@@ -296,7 +199,7 @@ def mlp_backward(grad_y: Tensor, x: Tensor, w_fc: Tensor, w_proj: Tensor, u: Ten
     grad_y = grad_y.to(a.dtype)
     grad_w_proj = grad_y.t() @ a
     grad_b_proj = grad_y.sum(0)  # fp32 accumulation inside (a dtype= would upcast a copy)
-    grad_a = torch.mm(grad_y, w_proj, out=_buffer(pool, "grad", u, tuple(u.shape)))
+    grad_a = torch.mm(grad_y, w_proj, out=buffer(pool, "grad", u, tuple(u.shape)))
     grad_u = K.gelu_backward(u, grad_a, out=grad_a)  # in place
     return grad_u @ w_fc, grad_u.t() @ x, grad_u.sum(0), grad_w_proj, grad_b_proj
 
@@ -309,16 +212,16 @@ def _(grad_y: Tensor, x: Tensor, w_fc: Tensor, w_proj: Tensor, u: Tensor, a: Ten
 
 
 def _mlp_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    _no_zero_grads(ctx)
+    no_zero_grads(ctx)
     x, w_fc, _, w_proj, _, pool = inputs
     ctx.save_for_backward(x, w_fc, w_proj, output[1], output[2])
-    _hold(ctx, pool)
+    hold(ctx, pool)
 
 
 def _mlp_backward(ctx: Any, grad_y: Tensor, *_: Any) -> tuple[Any, ...]:
-    _backward_once(ctx, "MLP")
+    backward_once(ctx, "MLP")
     grads = mlp_backward(grad_y, *ctx.saved_tensors, ctx.pool)
-    _release(ctx)
+    release(ctx)
     return *grads, None
 
 
@@ -328,7 +231,7 @@ mlp.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 def mlp_core(x: Tensor, params: list[Tensor], pool: int) -> Tensor:
     """(N, C) rows and [w_fc, b_fc, w_proj, b_proj], all in one dtype -> (N, C)."""
     w_fc, b_fc, w_proj, b_proj = params
-    y, _, _ = mlp(x, w_fc, b_fc, w_proj, b_proj, _lend(pool, x, *params))
+    y, _, _ = mlp(x, w_fc, b_fc, w_proj, b_proj, lend(pool, x, *params))
     return y
 
 
@@ -341,8 +244,8 @@ def add_dropout_layer_norm(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(h, the pre-norm sum s (empty unless save_sum), row mean, row 1/std)."""
     h, s, mean, rstd = K.add_dropout_layer_norm(
-        x, f, gamma, beta, eps, _seed(seed), p, save_sum,
-        sum_out=_buffer(pool, "sum", x, tuple(x.shape)) if save_sum else None,
+        x, f, gamma, beta, eps, mask_seed(seed), p, save_sum,
+        sum_out=buffer(pool, "sum", x, tuple(x.shape)) if save_sum else None,
     )
     return h, s if s is not None else x.new_empty(0), mean, rstd
 
@@ -359,7 +262,7 @@ def add_dropout_layer_norm_backward(
     grad_h: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor, seed: Tensor,
     p: float, f_dtype: torch.dtype,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return K.add_dropout_layer_norm_backward(grad_h, s, gamma, mean, rstd, _seed(seed), p,
+    return K.add_dropout_layer_norm_backward(grad_h, s, gamma, mean, rstd, mask_seed(seed), p,
                                              f_dtype)
 
 
@@ -371,19 +274,19 @@ def _(grad_h: Tensor, s: Tensor, gamma: Tensor, mean: Tensor, rstd: Tensor, seed
 
 
 def _layer_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    _no_zero_grads(ctx)
+    no_zero_grads(ctx)
     x, f, gamma, _, _, seed, p, _, pool = inputs
     ctx.save_for_backward(output[1], gamma, output[2], output[3], seed)
     ctx.p, ctx.f_dtype = p, f.dtype
-    _hold(ctx, pool)
+    hold(ctx, pool)
 
 
 def _layer_norm_backward(ctx: Any, grad_h: Tensor, *_: Any) -> tuple[Any, ...]:
-    _backward_once(ctx, "LayerNorm")
+    backward_once(ctx, "LayerNorm")
     s, gamma, mean, rstd, seed = ctx.saved_tensors
     grads = add_dropout_layer_norm_backward(grad_h, s, gamma, mean, rstd, seed, ctx.p,
                                             ctx.f_dtype)
-    _release(ctx)
+    release(ctx)
     return *grads, None, None, None, None, None
 
 
@@ -396,7 +299,7 @@ def add_dropout_layer_norm_rows(x: Tensor, f: Tensor, gamma: Tensor, beta: Tenso
     seed = new_seed() if p > 0 else torch.zeros((), dtype=torch.int64)
     save = torch.is_grad_enabled() and any(t.requires_grad for t in (x, f, gamma, beta))
     h, _, _, _ = add_dropout_layer_norm(x, f, gamma, beta, eps, seed, p, save,
-                                        _lend(pool, x, f, gamma, beta))
+                                        lend(pool, x, f, gamma, beta))
     return h
 
 
@@ -414,7 +317,7 @@ def head_cross_entropy(h: Tensor, weight: Tensor, targets: Tensor, keep: bool, p
     target entries of the gradient, p_t - 1, come from fp32 p_t kept separately, so a bf16
     softmax near 1 loses nothing there.
     """
-    logits = _buffer(pool, "logits", h, (h.size(0), weight.size(0)))
+    logits = buffer(pool, "logits", h, (h.size(0), weight.size(0)))
     torch.mm(h, weight.t(), out=logits)
     target_logit = logits.gather(1, targets.unsqueeze(1)).squeeze(1).float()
     lse = K.softmax_rows_(logits)  # logits -> softmax rows, in place
@@ -465,18 +368,18 @@ def _(grad_rows: Tensor, h: Tensor, weight: Tensor, targets: Tensor, p_target: T
 
 
 def _head_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    _no_zero_grads(ctx)
+    no_zero_grads(ctx)
     h, weight, targets, _, pool = inputs
     ctx.save_for_backward(h, weight, targets, output[2], output[1])
-    _hold(ctx, pool)
+    hold(ctx, pool)
 
 
 def _head_backward(ctx: Any, grad_rows: Tensor, *_: Any) -> tuple[Any, ...]:
-    _backward_once(ctx, "head cross-entropy")  # the softmax buffer became the gradient
+    backward_once(ctx, "head cross-entropy")  # the softmax buffer became the gradient
     need_h, need_weight = ctx.needs_input_grad[:2]
     grad_h, grad_w = head_cross_entropy_backward(grad_rows, *ctx.saved_tensors, need_h,
                                                  need_weight)
-    _release(ctx)
+    release(ctx)
     return grad_h if need_h else None, grad_w if need_weight else None, None, None, None
 
 
@@ -488,5 +391,5 @@ def head_losses(h: Tensor, weight: Tensor, targets: Tensor, pool: int = -1) -> T
     F.cross_entropy(h @ weight.T, targets, reduction="none") with fp32 softmax math."""
     keep = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     losses, _, _ = head_cross_entropy(h, weight, targets.reshape(-1), keep,
-                                      _lend(pool, h, weight))
+                                      lend(pool, h, weight))
     return losses

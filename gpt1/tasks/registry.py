@@ -1,9 +1,11 @@
 """The 12 fine-tuning tasks of Radford et al. (2018), Table 1, as one table.
 
 Every task is a row: its input family (spec §2: classification, entailment, similarity,
-multiple choice), label set, metrics, where each canonical split comes from in the mirror,
-and the hub source. Per-dataset quirks live in gpt1/tasks/load.py, the four input
-transformations in gpt1/tasks/formats.py; one head, one loop and one scorer serve all rows.
+multiple choice), label set, metrics, its mirror source as data (which files in which format
+make which table, which splits are carved from which) and its hub source. The file formats
+live in gpt1/tasks/mirror_formats.py, the one generic reader in gpt1/tasks/load.py, the four
+input transformations in gpt1/tasks/formats.py; one head, one loop and one scorer serve all
+rows.
 """
 
 from __future__ import annotations
@@ -44,6 +46,60 @@ class HubSource:
     """Hub label values in the order of TaskSpec.labels; None = already indices / scores."""
 
 
+MirrorReader = Literal["pairs_json", "pairs_csv", "sst2", "cola", "mrpc", "stsb", "rte", "race",
+                       "story_cloze"]
+"""A file format of gpt1/tasks/mirror_formats.py (its FORMATS table)."""
+
+
+@dataclass(frozen=True)
+class MirrorFiles:
+    """One table read from the mirror: the files (paths under <mirror>/tasks, read in order and
+    concatenated) in one format of gpt1/tasks/mirror_formats.py, each with the id prefix its
+    rows get."""
+
+    reader: MirrorReader
+    files: tuple[tuple[str, str], ...]
+    """(path, id prefix) per file; RACE's path is a split folder and its prefix the split."""
+
+
+def read(reader: MirrorReader, path: str, tag: str = "") -> MirrorFiles:
+    """A table read from one mirror file."""
+    return MirrorFiles(reader, ((path, tag),))
+
+
+@dataclass(frozen=True)
+class Carve:
+    """Split table `source` into `rest` and a seeded held-out part `held` (gpt1.tasks.load.carve):
+    `size` "dev" holds out tasks.dev_examples[task] or tasks.dev_frac of it, "test"
+    tasks.test_frac; rows equal in column `by` stay on one side."""
+
+    source: str
+    rest: str
+    held: str
+    size: Literal["dev", "test"]
+    by: str | None = None
+
+
+DEV_FROM_TRAIN = Carve("full", "train", "dev", "dev")
+"""The dev split most tasks carve from their official training file ("full")."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirrorSource:
+    """Where a task lives in the local mirror: the tables read from files, then the carves that
+    make train / dev / test of them, and the raw label strings of its files."""
+
+    tables: dict[str, MirrorFiles]
+    carves: tuple[Carve, ...] = ()
+    labels: Mapping[str, int]
+    """Raw label value in the files -> label index (TaskSpec.labels order); {} = scores."""
+
+
+NLI3_RAW = {"entailment": 0, "neutral": 1, "contradiction": 2}
+NLI2_RAW = {"entailment": 0, "not_entailment": 1}
+BINARY_RAW = {"0": 0, "1": 1}
+
+
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     name: str
@@ -70,6 +126,7 @@ class TaskSpec:
     """Canonical split -> human-readable origin (goes into the metrics JSON eval_split)."""
     origins: dict[str, Origin]
     """Canonical split -> its origin as data (the report's split kinds and carve-outs)."""
+    mirror: MirrorSource
     hub: HubSource
 
     def origin(self, split: str) -> Origin:
@@ -93,6 +150,8 @@ class TaskSpec:
 NLI3 = ("entailment", "neutral", "contradiction")
 NLI2 = ("entailment", "not_entailment")
 _GLUE_PAIR = {"text_a": "sentence1", "text_b": "sentence2", "label": "label"}
+_CLOZE = "StoryCloze/cloze_test_{0}__spring2016 - cloze_test_ALL_{0}.csv"  # names as shipped
+_COLA = "CoLA/cola_public/raw"
 
 TASKS: dict[str, TaskSpec] = {t.name: t for t in (
     TaskSpec(
@@ -104,6 +163,11 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "SNLI/dev_csv/dev.csv: official SNLI dev (9,831 gold pairs); test missing",
         },
         origins={"train": "official train", "dev": "held-out", "test": "official dev"},
+        mirror=MirrorSource(
+            tables={"train": read("pairs_json", "SNLI/train_subset_10k/train.json", "tr"),
+                    "dev": read("pairs_json", "SNLI/train_subset_10k/dev.json", "dv"),
+                    "test": read("pairs_csv", "SNLI/dev_csv/dev.csv", "te")},
+            labels=NLI3_RAW),
         hub=HubSource(path="stanfordnlp/snli", name=None,
                       splits={"train": "train", "dev": "validation", "test": "test"},
                       fields={"text_a": "premise", "text_b": "hypothesis", "label": "label"}),
@@ -122,6 +186,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
                     "(matched genres); official dev_matched/mismatched missing",
         },
         origins={"train": "official train", "dev": "carved", "test": "held-out"},
+        mirror=MirrorSource(
+            tables={"full": read("pairs_json", "MNLI/train_subset_10k/train.json", "tr"),
+                    "test": read("pairs_json", "MNLI/train_subset_10k/dev.json", "te")},
+            carves=(DEV_FROM_TRAIN,), labels=NLI3_RAW),
         hub=HubSource(path="nyu-mll/glue", name="mnli",
                       splits={"train": "train", "test": "validation_matched"},
                       fields={"text_a": "premise", "text_b": "hypothesis", "label": "label"}),
@@ -136,6 +204,11 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
                     "version); test unlabelled",
         },
         origins={"train": "official train", "dev": "held-out", "test": "official dev"},
+        mirror=MirrorSource(
+            tables={"train": read("pairs_json", "QNLI/train_subset_10k/train.json", "tr"),
+                    "dev": read("pairs_json", "QNLI/train_subset_10k/dev.json", "dv"),
+                    "test": read("pairs_csv", "QNLI/glue_v1_dev_csv/dev.csv", "te")},
+            labels=NLI2_RAW),
         hub=HubSource(path="nyu-mll/glue", name="qnli",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "question", "text_b": "sentence", "label": "label"}),
@@ -149,6 +222,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "RTE/dev.tsv: official GLUE dev (277); test unlabelled",
         },
         origins={"train": "official train", "dev": "carved", "test": "official dev"},
+        mirror=MirrorSource(
+            tables={"full": read("rte", "RTE/train.tsv"),
+                    "test": read("rte", "RTE/dev.tsv")},
+            carves=(DEV_FROM_TRAIN,), labels=BINARY_RAW),
         hub=HubSource(path="nyu-mll/glue", name="rte",
                       splits={"train": "train", "test": "validation"}, fields=_GLUE_PAIR),
     ),
@@ -162,6 +239,11 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
                     "(2,126); NOT comparable to the paper's full-test number",
         },
         origins={"train": "carved", "dev": "carved", "test": "carved"},
+        mirror=MirrorSource(
+            tables={"full": read("pairs_csv", "SciTail/scitail_test.csv", "te")},
+            carves=(Carve("full", "rest", "test", "test", by="text_a"),
+                    Carve("rest", "train", "dev", "dev", by="text_a")),
+            labels=NLI2_RAW),
         hub=HubSource(path="allenai/scitail", name="snli_format",
                       splits={"train": "train", "dev": "validation", "test": "test"},
                       fields={"text_a": "sentence1", "text_b": "sentence2",
@@ -177,6 +259,9 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "RACE/RACE/test/{middle,high} (4,934 questions, official test)",
         },
         origins={"train": "official train", "dev": "official dev", "test": "official test"},
+        mirror=MirrorSource(
+            tables={s: read("race", f"RACE/RACE/{s}", s) for s in SPLITS},
+            labels={"A": 0, "B": 1, "C": 2, "D": 3}),
         hub=HubSource(path="ehovy/race", name="all",
                       splits={"train": "train", "dev": "validation", "test": "test"},
                       fields={"text_a": "article", "text_b": "question", "choices": "options",
@@ -193,6 +278,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "Story Cloze 2016 test CSV (1,871, official test)",
         },
         origins={"train": "official dev", "dev": "carved", "test": "official test"},
+        mirror=MirrorSource(
+            tables={"full": read("story_cloze", _CLOZE.format("val")),
+                    "test": read("story_cloze", _CLOZE.format("test"))},
+            carves=(DEV_FROM_TRAIN,), labels={"1": 0, "2": 1}),
         hub=HubSource(path="LSDSem/story_cloze", name="2016",
                       splits={"train": "validation", "test": "test"},
                       fields={"text_a": ("input_sentence_1", "input_sentence_2",
@@ -210,6 +299,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "MRPC/msr_paraphrase_test.txt (1,725, official labelled test)",
         },
         origins={"train": "official train", "dev": "carved", "test": "official test"},
+        mirror=MirrorSource(
+            tables={"full": read("mrpc", "MRPC/msr_paraphrase_train.txt"),
+                    "test": read("mrpc", "MRPC/msr_paraphrase_test.txt")},
+            carves=(DEV_FROM_TRAIN,), labels=BINARY_RAW),
         hub=HubSource(path="nyu-mll/glue", name="mrpc",
                       splits={"train": "train", "test": "validation"},
                       fields=_GLUE_PAIR),
@@ -225,6 +318,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
                     "official dev/test missing",
         },
         origins={"train": "official train", "dev": "carved", "test": "held-out"},
+        mirror=MirrorSource(
+            tables={"full": read("pairs_json", "QQP/train_subset_10k/train.json", "tr"),
+                    "test": read("pairs_json", "QQP/train_subset_10k/dev.json", "te")},
+            carves=(DEV_FROM_TRAIN,), labels=BINARY_RAW),
         hub=HubSource(path="nyu-mll/glue", name="qqp",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "question1", "text_b": "question2", "label": "label"}),
@@ -238,6 +335,8 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "STS-B/sts-test.tsv (1,379, official scored test)",
         },
         origins={"train": "official train", "dev": "official dev", "test": "official test"},
+        mirror=MirrorSource(
+            tables={s: read("stsb", f"STS-B/sts-{s}.tsv") for s in SPLITS}, labels={}),
         hub=HubSource(path="nyu-mll/glue", name="stsb",
                       splits={"train": "train", "test": "validation"}, fields=_GLUE_PAIR),
     ),
@@ -250,6 +349,10 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
             "test": "SST-2/dev.tsv: official GLUE dev (872); test unlabelled",
         },
         origins={"train": "official train", "dev": "carved", "test": "official dev"},
+        mirror=MirrorSource(
+            tables={"full": read("sst2", "SST-2/train.tsv", "tr"),
+                    "test": read("sst2", "SST-2/dev.tsv", "te")},
+            carves=(DEV_FROM_TRAIN,), labels=BINARY_RAW),
         hub=HubSource(path="nyu-mll/glue", name="sst2",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "sentence", "label": "label"}),
@@ -264,6 +367,13 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
                     "(1,043); test hidden",
         },
         origins={"train": "official train", "dev": "carved", "test": "official dev"},
+        mirror=MirrorSource(
+            tables={"full": read("cola", f"{_COLA}/in_domain_train.tsv", "tr"),
+                    # GLUE's CoLA dev = in-domain dev followed by out-of-domain dev.
+                    "test": MirrorFiles("cola", ((f"{_COLA}/in_domain_dev.tsv", "in"),
+                                                 (f"{_COLA}/out_of_domain_dev.tsv",
+                                                  "out")))},
+            carves=(DEV_FROM_TRAIN,), labels=BINARY_RAW),
         hub=HubSource(path="nyu-mll/glue", name="cola",
                       splits={"train": "train", "test": "validation"},
                       fields={"text_a": "sentence", "label": "label"}),

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpt1.errors import Gpt1Error
-from gpt1.tasks.load import carve, load_task, read_kshot, read_tables, validate_tables, write_tables
+from gpt1.tasks.load import carve, load_task, read_tables, validate_tables, write_tables
+from gpt1.tasks.mirror_formats import read_kshot
 from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TASKS
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
