@@ -139,15 +139,6 @@ def _special_rows(body: nn.Module, n_special: int) -> torch.Tensor:
     return weight[weight.shape[0] - n_special:]
 
 
-def cap_table(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
-    """A seeded random subset of `limit` rows (kept in file order); all rows if limit is None.
-    Applied before encoding, so a capped demo run never tokenises the whole split."""
-    if limit is None or limit >= len(df):
-        return df
-    rows = np.sort(np.random.default_rng(seed).choice(len(df), size=limit, replace=False))
-    return df.iloc[rows].reset_index(drop=True)
-
-
 def collate(seqs: Sequence[list[list[int]]], device: torch.device
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Examples of K sequences -> idx (B, K, T) right-padded with PAD_ID, lengths (B, K)."""

@@ -25,7 +25,7 @@ from gpt1.backends import kernels_of
 from gpt1.config import Params, parse_params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
-from gpt1.finetune import body_factory, cap_table, finetune_task, resolve_hparams
+from gpt1.finetune import body_factory, finetune_task, resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
 from gpt1.progress import progress
@@ -250,7 +250,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     tables = load.read_tables(Path(params.paths.tasks) / task)
     limits = {"train": hp.max_train_examples, "dev": hp.max_eval_examples,
               "test": hp.max_eval_examples}
-    capped = {s: cap_table(t, limits[s], hp.data_seed) for s, t in tables.items()}
+    capped = {s: load.cap_table(t, limits[s], hp.data_seed) for s, t in tables.items()}
     ft = params.finetune
     pretrained = None
     if ft.init == "pretrained":
@@ -340,9 +340,9 @@ def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
     spec, hp = _task_spec(params, task), resolve_hparams(study, task)
     base = Path(params.paths.finetuned) / "layers" / f"{task}_{layers}"
     tables = load.read_tables(Path(params.paths.tasks) / task)
-    train = cap_table(tables["train"], hp.max_train_examples, hp.data_seed)
+    train = load.cap_table(tables["train"], hp.max_train_examples, hp.data_seed)
     load.write_tables({"train": train, "dev": tables["dev"],
-                       "test": cap_table(train, hp.max_eval_examples, hp.data_seed)},
+                       "test": load.cap_table(train, hp.max_eval_examples, hp.data_seed)},
                       base / "tables" / task)
     run = _override(study, finetune={"layers_transferred": layers, "init": "pretrained"},
                     paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),

@@ -34,6 +34,7 @@ from gpt1.config import ZeroShotCfg, ZeroShotTask
 from gpt1.errors import Gpt1Error
 from gpt1.progress import progress
 from gpt1.scoring import score
+from gpt1.tasks.load import cap_table
 
 log = logging.getLogger(__name__)
 
@@ -269,14 +270,6 @@ def evaluate(scorer: Scorer, data: ZeroShotData, n_ctx: int) -> dict[str, float]
     return scores_of(*predict_tasks(scorer, data, n_ctx))
 
 
-def _cap(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
-    """A seeded subset of `limit` rows, kept in file order (all when limit is None)."""
-    if limit is None or limit >= len(df):
-        return df
-    rows = np.sort(np.random.default_rng(seed).choice(len(df), size=limit, replace=False))
-    return df.iloc[rows]
-
-
 def build_data(cfg: ZeroShotCfg, tables: dict[str, dict[str, pd.DataFrame]],
                dprd: Sequence[DprdExample], encode: Encode, seed: int
                ) -> tuple[ZeroShotData, dict[str, int]]:
@@ -285,19 +278,19 @@ def build_data(cfg: ZeroShotCfg, tables: dict[str, dict[str, pd.DataFrame]],
     n: dict[str, int] = {}
     data = ZeroShotData(None, None, None, None)
     if "sst2" in cfg.tasks:
-        df = _cap(tables["sst2"]["test"], cfg.max_examples, seed)
+        df = cap_table(tables["sst2"]["test"], cfg.max_examples, seed)
         cue, *words = encode([cfg.sst2_cue, *cfg.sst2_words])
         data.sst2 = (sst2_pairs(encode(df["text_a"].tolist()), cue, words),
                      df["label"].to_numpy(dtype=np.int64))
         n["sst2"] = len(df)
     if "cola" in cfg.tasks:
-        test = _cap(tables["cola"]["test"], cfg.max_examples, seed)
-        fit = _cap(tables["cola"][cfg.cola_threshold_split], cfg.max_examples, seed)
+        test = cap_table(tables["cola"]["test"], cfg.max_examples, seed)
+        fit = cap_table(tables["cola"][cfg.cola_threshold_split], cfg.max_examples, seed)
         data.cola = (encode(test["text_a"].tolist()), test["label"].to_numpy(dtype=np.int64),
                      encode(fit["text_a"].tolist()), fit["label"].to_numpy(dtype=np.int64))
         n["cola"] = len(test)
     if "race" in cfg.tasks:
-        df = _cap(tables["race"]["test"], cfg.max_examples, seed)
+        df = cap_table(tables["race"]["test"], cfg.max_examples, seed)
         docs = encode([f"{a} {q}" for a, q in zip(df["text_a"], df["text_b"], strict=True)])
         answers = [encode(list(cs)) for cs in df["choices"]]
         data.race = (race_pairs(docs, answers), df["label"].to_numpy(dtype=np.int64))

@@ -40,6 +40,15 @@ def to_table(rows: list[Row], spec: TaskSpec) -> pd.DataFrame:
     return df
 
 
+def cap_table(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
+    """A seeded random subset of `limit` rows (kept in file order); all rows if limit is None.
+    Applied before encoding, so a capped run never tokenises the whole split."""
+    if limit is None or limit >= len(df):
+        return df
+    rows = np.sort(np.random.default_rng(seed).choice(len(df), size=limit, replace=False))
+    return df.iloc[rows].reset_index(drop=True)
+
+
 # ---------------------------------------------------------------- carving missing splits
 
 

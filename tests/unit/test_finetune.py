@@ -11,7 +11,6 @@ import torch
 
 from gpt1.finetune import (
     body_factory,
-    cap_table,
     collate,
     lm_loss,
     make_loss_fn,
@@ -21,6 +20,7 @@ from gpt1.heads import TaskHead, TaskModel
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 from gpt1.tasks.formats import Specials, Truncation, layout
+from gpt1.tasks.load import cap_table
 from gpt1.tasks.registry import TASKS
 
 V = 40
