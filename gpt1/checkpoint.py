@@ -26,12 +26,9 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
-from gpt1 import atomic, runtime
-from gpt1.backends import apply_kernels
+from gpt1 import atomic, networks
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
-from gpt1.lstm import LSTMLM
-from gpt1.model import GPT
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +38,6 @@ MODEL_FILE = "model.safetensors"
 MODEL_META = "model.json"
 STATE_FILE = "state.json"
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
-
-
-def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
-    """A fresh GPT (`kind="gpt"`) or LSTM language model from params, with the kernel backend
-    of `model.kernels` installed for the device the stages run on (gpt1/backends)."""
-    model: GPT | LSTMLM
-    if kind == "gpt":
-        model = GPT(params.model, vocab_size)
-    elif kind == "lstm":
-        model = LSTMLM(params.lstm, vocab_size)
-    else:
-        raise ValueError(f"unknown model kind {kind!r}")
-    apply_kernels(model, params.model.kernels, runtime.device())
-    return model
 
 
 def _sha256(data: bytes) -> str:
@@ -290,7 +273,7 @@ def load_model(
         params = parse_params(meta["params"], run_dir / MODEL_META)
     except ParamsError as err:
         raise Gpt1Error(f"recorded params no longer valid: {err}", run_dir / MODEL_META) from None
-    model = build_model(meta["kind"], params, meta["vocab_size"])
+    model = networks.build_model(meta["kind"], params, meta["vocab_size"])
     if step is None:
         path, digest = run_dir / MODEL_FILE, meta["files"][MODEL_FILE]
     else:

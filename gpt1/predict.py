@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gpt1 import bpe, checkpoint
+from gpt1 import bpe, checkpoint, networks
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import infer
@@ -111,7 +111,7 @@ def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
     except ParamsError as err:
         raise Gpt1Error(f"recorded params no longer valid: {err}", meta_path) from None
     spec = TASKS[meta["task"]]
-    body = checkpoint.build_model(meta["kind"], params, meta["vocab_size"])
+    body = networks.build_model(meta["kind"], params, meta["vocab_size"])
     model = TaskModel(body, spec, params.finetune.clf_pdrop, params.model.initializer_range)
     checkpoint.load_weights(model, model_dir, meta)
     return model, tok, spec, params

@@ -19,7 +19,17 @@ from typing import Any
 import pandas as pd
 import torch
 
-from gpt1 import atomic, bpe, checkpoint, predict, pretraining, records, runtime, tracking
+from gpt1 import (
+    atomic,
+    bpe,
+    checkpoint,
+    networks,
+    predict,
+    pretraining,
+    records,
+    runtime,
+    tracking,
+)
 from gpt1 import zeroshot as zs
 from gpt1.backends import kernels_of
 from gpt1.config import Params, parse_params
@@ -158,7 +168,7 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
     torch.manual_seed(params.seed)  # the initial weights are part of the run's trajectory
-    model = checkpoint.build_model(kind, params, tok.vocab_size)
+    model = networks.build_model(kind, params, tok.vocab_size)
     flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
              if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
@@ -257,7 +267,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         run_dir = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
         pretrained, _ = checkpoint.load_model(run_dir, tok.hash)
     make_body = body_factory(ft.init, ft.layers_transferred, pretrained,
-                             lambda: checkpoint.build_model(kind, params, tok.vocab_size),
+                             lambda: networks.build_model(kind, params, tok.vocab_size),
                              n_special=len(params.bpe.special_tokens))
     tr = task_truncation(params, task)
     encode = formats.text_encoder(tok)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpt1 import bpe, checkpoint, stages
+from gpt1 import bpe, checkpoint, networks, stages
 from gpt1.records import read_metrics
 from gpt1.tasks.load import write_tables
 
@@ -36,7 +36,7 @@ def _table(task: str, n: int, rng: random.Random) -> pd.DataFrame:
 
 def _pretrained(params, kind: str, run_dir: str, tok) -> None:
     """A 'pre-trained' run dir as the pretrain stage leaves it: final + zero-shot weights."""
-    model = checkpoint.build_model(kind, params, tok.vocab_size)
+    model = networks.build_model(kind, params, tok.vocab_size)
     for step in (1, 4, 16):
         checkpoint.save_weights(checkpoint.zeroshot_path(Path(run_dir), step), model)
     checkpoint.write_model(Path(run_dir), model, {

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpt1 import checkpoint
+from gpt1 import networks
 from gpt1.backends import apply_kernels, fused, kernels_of, native, ops
 from gpt1.backends import kernels as K
 from gpt1.config import ParamsError, load_params
@@ -407,10 +407,10 @@ def test_compiled_fused_model_has_no_graph_breaks_and_eager_loss() -> None:
 
 @pytest.mark.parametrize("kind", ["gpt", "lstm"])
 def test_build_model_installs_the_params_backend(make_params, kind: str) -> None:
-    """checkpoint.build_model (every stage's model) applies model.kernels; `torch` leaves the
+    """networks.build_model (every stage's model) applies model.kernels; `torch` leaves the
     model as written, `auto` on CPU fuses it."""
-    assert kernels_of(checkpoint.build_model(kind, make_params(), 50)) == "cpu_fused"
-    plain = checkpoint.build_model(kind, make_params({"model": {"kernels": "torch"}}), 50)
+    assert kernels_of(networks.build_model(kind, make_params(), 50)) == "cpu_fused"
+    plain = networks.build_model(kind, make_params({"model": {"kernels": "torch"}}), 50)
     assert kernels_of(plain) == "torch"
     with pytest.raises(ParamsError, match="kernels"):
         make_params({"model": {"kernels": "cuda_fused"}})
