@@ -21,7 +21,7 @@ import time
 import torch
 from results_file import add_option, recording
 
-from gpt1.backends import apply_kernels
+from gpt1.backends import apply_backend
 from gpt1.config import load_params
 from gpt1.finetune import infer, make_loss_fn, resolve_hparams
 from gpt1.heads import TaskModel
@@ -57,7 +57,7 @@ def main() -> None:
         torch.manual_seed(0)
         T = min(T, params.model.n_positions)
         body = GPT(params.model, args.vocab)
-        apply_kernels(body, params.model.kernels, torch.device("cpu"))
+        apply_backend(body, params.model.backend, torch.device("cpu"))
         model = TaskModel(body, spec, hp.clf_pdrop, hp.init_std)
         opt = build_optimizer(model, hp.lr, hp.betas, hp.eps, hp.weight_decay)
         idx = torch.randint(0, args.vocab - 3, (B, K, T))

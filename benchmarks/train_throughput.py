@@ -18,7 +18,7 @@ vocab 40,478, --batch 64 or what fits), also printing MFU: achieved matmul FLOP/
 device's dense bf16 peak (PEAK_BF16 by device name, or --peak-tflops).
 
     .venv/bin/python benchmarks/train_throughput.py [--rounds 7] [--loss-steps 100] [--results]
-        [--modes eager,compile] [--device cuda] [--kernels auto] [--precisions auto]
+        [--modes eager,compile] [--device cuda] [--backend auto] [--precisions auto]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from results_file import add_option, recording  # noqa: E402
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
-from gpt1.backends import apply_kernels  # noqa: E402
+from gpt1.backends import apply_backend  # noqa: E402
 from gpt1.config import load_params  # noqa: E402
 from gpt1.export import hf_state_dict  # noqa: E402
 from gpt1.model import GPT, flops_per_token  # noqa: E402
@@ -199,8 +199,8 @@ def main() -> None:
                              "comma list of fp32, bf16")
     parser.add_argument("--batch", type=int, help=f"sequences per step (cpu {BATCH}, cuda "
                         f"{PAPER_BATCH}; lower it if it does not fit)")
-    parser.add_argument("--kernels", choices=("auto", "torch", "cpu_fused"), default="auto",
-                        help="our model's kernels (gpt1.backends.apply_kernels)")
+    parser.add_argument("--backend", choices=("auto", "torch", "cpu_fused"), default="auto",
+                        help="our model's compute backend (gpt1.backends.apply_backend)")
     parser.add_argument("--peak-tflops", type=float,
                         help="dense bf16 peak of a device missing from PEAK_BF16")
     add_option(parser)
@@ -217,12 +217,12 @@ def main() -> None:
     init = {k: v.clone() for k, v in ours.state_dict().items()}
     ours.to(device)
     cast(torch.nn.Module, theirs).to(device)  # transformers types .to() as its own
-    kernels = apply_kernels(ours, args.kernels, device)
+    backend = apply_backend(ours, args.backend, device)
     fpt = flops_per_token(ours.cfg, vocab, T)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     peak = bf16_peak(name, args.peak_tflops) if device.type == "cuda" else None
     print(f"config: {shape} vocab {vocab} batch {batch_seqs} on {name} (threads "
-          f"{torch.get_num_threads()}), our kernels: {kernels}; {fpt / 1e6:.1f} MFLOP/token "
+          f"{torch.get_num_threads()}), our backend: {backend}; {fpt / 1e6:.1f} MFLOP/token "
           f"(fwd+bwd matmuls)" + (f"; bf16 peak {peak / 1e12:.0f} TFLOP/s" if peak else ""))
     batch = stream[: batch_seqs * (T + 1)].view(batch_seqs, T + 1).to(device)
     times = time_steps(args.rounds, batch, ours.train(), theirs.train(), modes,

@@ -5,7 +5,7 @@ by running this before and after it: the printed digests must be equal. Each run
 params.yaml model (dropout as configured) with `train_step` on CPU, once in fp32 and once under
 bf16 autocast, on random token windows drawn from a fixed seed.
 
-    python benchmarks/weights_hash.py [--steps 20] [--kernels cpu_fused]
+    python benchmarks/weights_hash.py [--steps 20] [--backend cpu_fused]
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def train(steps: int, precision: str, kernels: str | None) -> str:
+def train(steps: int, precision: str, backend: str | None) -> str:
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     cfg, pre = params.model, params.pretrain
     torch.manual_seed(params.seed)
     model = GPT(cfg, VOCAB)
-    if kernels is not None:
-        from gpt1.backends import apply_kernels
+    if backend is not None:
+        from gpt1.backends import apply_backend
 
-        apply_kernels(model, kernels, torch.device("cpu"))
+        apply_backend(model, backend, torch.device("cpu"))
     lm = CausalLM(model)
     opt = build_optimizer(lm, pre.lr_max, (pre.adam_beta1, pre.adam_beta2), pre.adam_eps,
                           pre.weight_decay)
@@ -64,10 +64,10 @@ def train(steps: int, precision: str, kernels: str | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--kernels", default=None, help="model.kernels backend to apply")
+    parser.add_argument("--backend", default=None, help="model.backend to apply")
     args = parser.parse_args()
     for precision in ("fp32", "bf16"):
-        print(f"{precision} {args.steps} steps: {train(args.steps, precision, args.kernels)}")
+        print(f"{precision} {args.steps} steps: {train(args.steps, precision, args.backend)}")
 
 
 if __name__ == "__main__":

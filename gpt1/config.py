@@ -188,7 +188,7 @@ class ModelCfg(Section):
     layer_norm_epsilon: PosFloat
     initializer_range: PosFloat
     """Std of the N(0, s) weight init."""
-    kernels: Literal["auto", "torch", "cpu_fused"]
+    backend: Literal["auto", "torch", "cpu_fused"]
     """How the model computes (gpt1/backends): `torch` = gpt1/model.py as written; `cpu_fused` =
     the fused CPU kernels (hash-seeded dropout masks); `auto` = cpu_fused on CPU when the kernel
     library builds, torch otherwise (CUDA always)."""

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpt1 import atomic, runtime
-from gpt1.backends import kernels_of
+from gpt1.backends import backend_of
 from gpt1.config import Params
 from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
@@ -282,7 +282,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
     _write_predictions(out_dir / f"dev_predictions_seed{seed}.parquet", data["dev"], best[3])
     return {"seed": seed, "scores": scores, "best_epoch": best[1], "dev_history": history,
-            "steps": step, "kernels": kernels_of(model), "train_examples_per_s": seen / train_s,
+            "steps": step, "backend": backend_of(model), "train_examples_per_s": seen / train_s,
             "eval_examples_per_s": len(test) / eval_s}
 
 
@@ -321,7 +321,7 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
         "scores": aggregate([r["scores"] for r in runs]),
         "baselines": baselines(spec, data["train"].labels, data["test"].labels,
                                n_choices(spec, data["test"]), data["test"].groups),
-        "seeds": runs, "kernels": runs[0]["kernels"],
+        "seeds": runs, "backend": runs[0]["backend"],
         "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_eval": len(data["test"]),
         "truncated": {s: data[s].n_truncated for s in data},
     }

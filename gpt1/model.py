@@ -5,7 +5,7 @@ position-wise MLP, the post-LN block, and the model. `model.arch: gpt2` switches
 blocks plus a final LayerNorm (spec §4). Parameter names follow transformers'
 OpenAIGPTModel so export is a rename-free transpose (gpt1/export.py). This file is only the
 math: faster implementations of the same modules (the fused CPU kernels) are installed onto a
-built model by gpt1/backends (`model.kernels`), which this file does not know about.
+built model by gpt1/backends (`model.backend`), which this file does not know about.
 """
 
 from __future__ import annotations

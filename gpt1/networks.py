@@ -1,11 +1,11 @@
 """The configured networks: the GPT-1 Transformer or the LSTM baseline, built from params with
-the compute backend of `model.kernels` installed (gpt1/backends) for the device the stages run
+the compute backend of `model.backend` installed (gpt1/backends) for the device the stages run
 on. Every stage, the checkpoint loader and `predict` build their model here."""
 
 from __future__ import annotations
 
 from gpt1 import runtime
-from gpt1.backends import apply_kernels
+from gpt1.backends import apply_backend
 from gpt1.config import Params
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
@@ -13,7 +13,7 @@ from gpt1.model import GPT
 
 def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
     """A fresh GPT (`kind="gpt"`) or LSTM language model from params, with the kernel backend
-    of `model.kernels` installed for the device the stages run on (gpt1/backends)."""
+    of `model.backend` installed for the device the stages run on (gpt1/backends)."""
     model: GPT | LSTMLM
     if kind == "gpt":
         model = GPT(params.model, vocab_size)
@@ -21,5 +21,5 @@ def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
         model = LSTMLM(params.lstm, vocab_size)
     else:
         raise ValueError(f"unknown model kind {kind!r}")
-    apply_kernels(model, params.model.kernels, runtime.device())
+    apply_backend(model, params.model.backend, runtime.device())
     return model

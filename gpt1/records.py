@@ -76,7 +76,7 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
         "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
         "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
         "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "kernels": result["kernels"],
+        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "backend": result["backend"],
         "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
         "best_epoch": [r["best_epoch"] for r in result["seeds"]],
         "train_examples_per_s": round(sum(r["train_examples_per_s"]

@@ -31,7 +31,7 @@ from gpt1 import (
     tracking,
 )
 from gpt1 import zeroshot as zs
-from gpt1.backends import kernels_of
+from gpt1.backends import backend_of
 from gpt1.config import Params, parse_params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
@@ -172,14 +172,14 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
     flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
              if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
-            "kernels": kernels_of(model)}
+            "backend": backend_of(model)}
     is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
     run = tracking.start_run(stage, params) if is_rank0 else contextlib.nullcontext(None)
     with run as on_metrics:
         metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
                                        flops, on_metrics or (lambda step, m: None))
         history = metrics.pop("history")
-        metrics["kernels"] = meta["kernels"]
+        metrics["backend"] = meta["backend"]
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
             _log_model(params, run_dir, kind, None)
@@ -422,7 +422,7 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
                        f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
         "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
         "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
-        "kernels": kernels_of(model),
+        "backend": backend_of(model),
     }
     records.write_metrics(params, stage, metrics, ("final",))
     return metrics

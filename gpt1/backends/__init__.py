@@ -1,4 +1,4 @@
-"""Kernel backends: how a built model's modules compute, chosen by `model.kernels`.
+"""Kernel backends: how a built model's modules compute, chosen by `model.backend`.
 
 gpt1/model.py is the math in plain torch (the `torch` backend: SDPA, torch's dropout, on any
 device). `cpu_fused` swaps its modules for subclasses running the fused CPU kernels of
@@ -16,13 +16,13 @@ from torch import nn
 from gpt1.backends import fused, native
 from gpt1.errors import Gpt1Error
 
-KERNELS = ("auto", "torch", "cpu_fused")
+BACKENDS = ("auto", "torch", "cpu_fused")
 
 
 def resolve(name: str, device: torch.device, model: nn.Module) -> str:
     """The backend `name` means for `model` on `device`: "torch" or "cpu_fused"."""
-    if name not in KERNELS:
-        raise Gpt1Error(f"model.kernels: unknown backend {name!r} (one of {', '.join(KERNELS)})")
+    if name not in BACKENDS:
+        raise Gpt1Error(f"model.backend: unknown backend {name!r} (one of {', '.join(BACKENDS)})")
     if name == "torch":
         return "torch"
     why = None
@@ -35,17 +35,17 @@ def resolve(name: str, device: torch.device, model: nn.Module) -> str:
     if why is None:
         return "cpu_fused"
     if name == "cpu_fused":
-        raise Gpt1Error(f"model.kernels: cpu_fused cannot be used: {why}")
+        raise Gpt1Error(f"model.backend: cpu_fused cannot be used: {why}")
     return "torch"
 
 
-def kernels_of(model: nn.Module) -> str:
+def backend_of(model: nn.Module) -> str:
     """The backend installed on `model`: "cpu_fused" or "torch" (what artifacts record)."""
     return "cpu_fused" if any(isinstance(m, fused.FUSED_TYPES) for m in model.modules()) \
         else "torch"
 
 
-def apply_kernels(model: nn.Module, name: str, device: torch.device) -> str:
+def apply_backend(model: nn.Module, name: str, device: torch.device) -> str:
     """Install the backend `name` (auto | torch | cpu_fused) onto `model` in place; returns the
     resolved name ("torch" or "cpu_fused")."""
     resolved = resolve(name, device, model)

@@ -176,7 +176,7 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
     assert saved["n_train"] == 24 and saved["n_eval"] == 12 and saved["config_hash"]
     assert "seeded random 12 of 40" in saved["eval_split"] and "carved" in saved["eval_split"]
     assert metrics["scores"] == saved["scores"]
-    assert saved["kernels"] == "cpu_fused"  # model.kernels: auto, on CPU with a C compiler
+    assert saved["backend"] == "cpu_fused"  # model.backend: auto, on CPU with a C compiler
     preds = pd.read_parquet(tmp_path / "data/finetuned/mrpc/predictions_seed1.parquet")
     assert len(preds) == 12 and set(preds.columns) == {"id", "group", "label", "prediction"}
 

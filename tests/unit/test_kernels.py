@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from gpt1 import networks
-from gpt1.backends import apply_kernels, fused, kernels_of, native, ops
+from gpt1.backends import apply_backend, backend_of, fused, native, ops
 from gpt1.backends import kernels as K
 from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
@@ -263,7 +263,7 @@ def test_pooled_nodes_refuse_a_second_backward() -> None:
         update={"n_layer": 1, "n_embd": 16, "n_head": 2, "n_inner": 64, "n_positions": 8}
     )
     model = GPT(cfg, 50)
-    apply_kernels(model, "cpu_fused", CPU)
+    apply_backend(model, "cpu_fused", CPU)
     lm = CausalLM(model).train()
     loss = lm(torch.randint(0, 50, (2, 9)))
     loss.backward(retain_graph=True)
@@ -313,18 +313,18 @@ def _tiny_cfg(**over: object):
                 **over})
 
 
-def test_apply_kernels_resolves_and_records() -> None:
+def test_apply_backend_resolves_and_records() -> None:
     model = GPT(_tiny_cfg(), 50)
-    assert apply_kernels(model, "torch", CPU) == "torch" and kernels_of(model) == "torch"
+    assert apply_backend(model, "torch", CPU) == "torch" and backend_of(model) == "torch"
     assert type(model.h[0].attn).__name__ == "Attention"  # the model as written
-    with pytest.raises(Gpt1Error, match="model.kernels: cpu_fused cannot be used: it runs on "
+    with pytest.raises(Gpt1Error, match="model.backend: cpu_fused cannot be used: it runs on "
                                         "CPU only"):
-        apply_kernels(model, "cpu_fused", torch.device("cuda"))
-    assert apply_kernels(model, "auto", torch.device("cuda")) == "torch"
+        apply_backend(model, "cpu_fused", torch.device("cuda"))
+    assert apply_backend(model, "auto", torch.device("cuda")) == "torch"
     with native.disabled():
-        assert apply_kernels(model, "auto", CPU) == "torch"
-    assert kernels_of(model) == "torch"
-    assert apply_kernels(model, "auto", CPU) == "cpu_fused" and kernels_of(model) == "cpu_fused"
+        assert apply_backend(model, "auto", CPU) == "torch"
+    assert backend_of(model) == "torch"
+    assert apply_backend(model, "auto", CPU) == "cpu_fused" and backend_of(model) == "cpu_fused"
     state = GPT(_tiny_cfg(), 50).state_dict()
     assert model.state_dict().keys() == state.keys()  # checkpoints and exports unchanged
 
@@ -333,7 +333,7 @@ def _backend_pair(cfg_over: dict[str, object]) -> tuple[CausalLM, CausalLM]:
     torch.manual_seed(0)
     plain = GPT(_tiny_cfg(**cfg_over), 101)
     fast = copy.deepcopy(plain)
-    apply_kernels(fast, "cpu_fused", CPU)
+    apply_backend(fast, "cpu_fused", CPU)
     return CausalLM(plain), CausalLM(fast)
 
 
@@ -407,10 +407,10 @@ def test_compiled_fused_model_has_no_graph_breaks_and_eager_loss() -> None:
 
 @pytest.mark.parametrize("kind", ["gpt", "lstm"])
 def test_build_model_installs_the_params_backend(make_params, kind: str) -> None:
-    """networks.build_model (every stage's model) applies model.kernels; `torch` leaves the
+    """networks.build_model (every stage's model) applies model.backend; `torch` leaves the
     model as written, `auto` on CPU fuses it."""
-    assert kernels_of(networks.build_model(kind, make_params(), 50)) == "cpu_fused"
-    plain = networks.build_model(kind, make_params({"model": {"kernels": "torch"}}), 50)
-    assert kernels_of(plain) == "torch"
-    with pytest.raises(ParamsError, match="kernels"):
-        make_params({"model": {"kernels": "cuda_fused"}})
+    assert backend_of(networks.build_model(kind, make_params(), 50)) == "cpu_fused"
+    plain = networks.build_model(kind, make_params({"model": {"backend": "torch"}}), 50)
+    assert backend_of(plain) == "torch"
+    with pytest.raises(ParamsError, match="backend"):
+        make_params({"model": {"backend": "cuda_fused"}})

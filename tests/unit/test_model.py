@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpt1.backends import apply_kernels, ops
+from gpt1.backends import apply_backend, ops
 from gpt1.config import ModelCfg
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT, TiedEmbedding, count_parameters, transfer_weights
@@ -46,11 +46,11 @@ def test_causality(tiny_params, arch, embd_dropout):
     assert (a[:, t + 1 :] - b[:, t + 1 :]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("kernels", ["torch", "cpu_fused"])
-def test_causality_in_training_mode_with_dropout(tiny_params, kernels):
+@pytest.mark.parametrize("backend", ["torch", "cpu_fused"])
+def test_causality_in_training_mode_with_dropout(tiny_params, backend):
     """Attention with dropout is causal too, in both backends (same masks via the seed)."""
     model = GPT(_cfg(tiny_params, attn_pdrop=0.5), vocab_size=50).train()
-    assert apply_kernels(model, kernels, CPU) == kernels
+    assert apply_backend(model, backend, CPU) == backend
     idx = torch.randint(0, 50, (2, 16))
     changed = idx.clone()
     changed[:, 12] = (idx[:, 12] + 1) % 50
@@ -74,11 +74,11 @@ def test_init(tiny_params):
             assert abs(p.mean().item()) < 0.2 * std, name
 
 
-@pytest.mark.parametrize("kernels", ["torch", "cpu_fused"])
-def test_matrix_dropout_shares_mask_with_head(tiny_params, kernels):
+@pytest.mark.parametrize("backend", ["torch", "cpu_fused"])
+def test_matrix_dropout_shares_mask_with_head(tiny_params, backend):
     """embd_dropout=matrix: the output layer uses the same dropped We as the lookup."""
     model = GPT(_cfg(tiny_params, embd_dropout="matrix", embd_pdrop=0.5), vocab_size=50).train()
-    apply_kernels(model, kernels, CPU)
+    apply_backend(model, backend, CPU)
     idx = torch.arange(50).view(1, 50)[:, :16]
     h = model(idx)
     head = model.tokens_embed.pass_weight
@@ -141,7 +141,7 @@ def test_fast_dropout_rate_is_uniform_and_unbiased(p):
         assert dropped.flatten()[lane::4].mean().item() == pytest.approx(p, abs=0.01)
     assert y.mean().item() == pytest.approx(1.0, abs=0.01)
     fused = torch.nn.Dropout(p).eval()
-    apply_kernels(fused, "cpu_fused", CPU)
+    apply_backend(fused, "cpu_fused", CPU)
     assert torch.equal(fused(x), x)
 
 
@@ -210,7 +210,7 @@ def test_lm_losses_equal_lm_logits_then_cross_entropy(tiny_params, body, precisi
         torch.manual_seed(0)
         model = (GPT(_cfg(tiny_params, embd_dropout="matrix"), vocab_size=50) if body == "gpt"
                  else LSTMLM(tiny_params.lstm, vocab_size=50))
-        assert apply_kernels(model, "cpu_fused", CPU) == "cpu_fused"
+        assert apply_backend(model, "cpu_fused", CPU) == "cpu_fused"
         return model.train()
 
     idx = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
@@ -240,7 +240,7 @@ def test_tied_lookup_under_autocast_matches_separate_uses(use_head):
     values and the same We gradient as F.embedding + F.linear, also when the head is unused."""
     torch.manual_seed(0)
     emb = TiedEmbedding(40, 8, 0.0, "activations")
-    apply_kernels(emb, "cpu_fused", CPU)
+    apply_backend(emb, "cpu_fused", CPU)
     torch.nn.init.normal_(emb.weight)
     idx = torch.tensor([[1, 5, 5, 39], [0, 1, 2, 3]])
     probe = torch.randn(2, 4, 8)

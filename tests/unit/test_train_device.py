@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gpt1 import runtime
-from gpt1.backends import kernels_of
+from gpt1.backends import backend_of
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
 from gpt1.pretraining import CausalLM, cost_projection
@@ -140,7 +140,7 @@ def test_the_gpu_recipe_trains_on_cpu_through_the_torch_backend(make_params, tmp
     params = make_params({"pretrain": {"precision": "bf16", "compile": True,
                                        "max_tokens": tokens, "lr_max": 3e-3}})
     model = GPT(params.model, VOCAB)
-    assert kernels_of(model) == "torch" and params.model.attn_pdrop > 0
+    assert backend_of(model) == "torch" and params.model.attn_pdrop > 0
     metrics = _run(params, tmp_path / "run")
     assert metrics["precision"] == "bf16"
     history = metrics["history"]
