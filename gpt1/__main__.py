@@ -146,6 +146,9 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
     from gpt1 import tracking
 
     tracking.check_store(params)  # an unusable tracking store stops the stage before its work
+    from gpt1 import runtime
+
+    runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import records, stages
 

@@ -504,6 +504,10 @@ class Params(Section):
     """The whole params file."""
 
     seed: NonNegInt
+    device: Literal["auto", "cpu", "cuda"]
+    """Where every stage runs (gpt1/runtime.py): `cuda` = this process's GPU (LOCAL_RANK under
+    torchrun), and a stop at start when torch sees none; `cpu`; `auto` = the GPU when torch
+    sees one, else the CPU."""
     paths: Paths
     data: DataCfg
     clean: CleanCfg

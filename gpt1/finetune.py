@@ -302,13 +302,14 @@ def n_choices(spec: TaskSpec, split: Encoded) -> np.ndarray:
 
 def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                   make_body: BodyFactory, out_dir: str | Path, on_metrics: MetricsSink,
-                  on_best: BestSink | None = None) -> dict[str, Any]:
+                  on_best: BestSink | None = None, device: torch.device | None = None
+                  ) -> dict[str, Any]:
     """Fine-tune on data["train"] for every seed, select on data["dev"], score data["test"].
 
     Returns the result (scores aggregated over seeds, per-seed details, sizes). `on_best` gets
-    the first seed's selected model.
+    the first seed's selected model; `device` defaults to runtime.device() (`auto`).
     """
-    device = runtime.device()
+    device = runtime.device() if device is None else device
     runs: list[dict[str, Any]] = []
     # out_dir appears whole or not at all: a stopped or failed run leaves no seed's predictions.
     with stop_on_signals() as stop, atomic.atomic_path(out_dir) as tmp:

@@ -21,5 +21,5 @@ def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
         model = LSTMLM(params.lstm, vocab_size)
     else:
         raise ValueError(f"unknown model kind {kind!r}")
-    apply_backend(model, params.model.backend, runtime.device())
+    apply_backend(model, params.model.backend, runtime.device(params.device))
     return model

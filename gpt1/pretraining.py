@@ -264,7 +264,7 @@ def pretrain(
     model. Returns the final metrics (val loss/perplexity, throughput).
     """
     cfg, run_dir = params.pretrain, Path(run_dir)
-    device = run_device()
+    device = run_device(params.device)
     precision = resolve_precision(cfg.precision, device)
     with distributed(device.type) as (rank, world), stop_on_signals() as stop:
         accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StopRequest
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,25 @@ def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractCon
     return contextlib.nullcontext()
 
 
-def device() -> torch.device:
-    """The device every stage runs on: cuda:LOCAL_RANK when CUDA is available (torchrun: one
-    GPU per process; LOCAL_RANK unset = GPU 0), else the CPU."""
-    if not torch.cuda.is_available():
+def check_device(requested: str) -> None:
+    """Stop (Gpt1Error, exit 2) when `device: cuda` is asked of a torch that sees no GPU, naming
+    the installed build and the fix; the CLI calls this before a stage reads any input."""
+    if requested != "cuda" or torch.cuda.is_available():
+        return
+    build = (f"torch {torch.__version__} is a CPU-only build" if torch.version.cuda is None
+             else f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU "
+                  "(driver too old for this build, or no GPU visible: CUDA_VISIBLE_DEVICES)")
+    raise Gpt1Error(f"device: cuda, but {build}; on a GPU host run `bash setup.sh` (it installs "
+                    "the CUDA build; TORCH_INDEX=<wheel index> picks another CUDA version), "
+                    "or set device: auto / cpu")
+
+
+def device(requested: str = "auto") -> torch.device:
+    """The device every stage runs on (params `device`): cuda:LOCAL_RANK for `cuda`, and for
+    `auto` when CUDA is available (torchrun: one GPU per process; LOCAL_RANK unset = GPU 0),
+    else the CPU."""
+    check_device(requested)
+    if requested == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     index = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(index)

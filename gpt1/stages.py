@@ -282,7 +282,8 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     save = (None if variant != "full" else lambda m, d: predict.save_task_model(
         d / predict.MODEL_DIR, m, params, task, kind, tok))
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
-        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save)
+        result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save,
+                               runtime.device(params.device))
         if save is not None:
             _log_model(params, model_dir, kind, spec)
         atomic.write_json(out_dir / "result.json", result)
@@ -393,7 +394,7 @@ def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict
     dprd = zs.read_dprd(dprd_file) if "dprd" in cfg.tasks else []
     data, counts = zs.build_data(cfg, tables, dprd, formats.text_encoder(tok), params.seed)
     steps = sorted(int(s) for s in checkpoint.read_model_meta(Path(run_dir))["zeroshot"])
-    device = runtime.device()
+    device = runtime.device(params.device)
     precision = resolve_precision(params.pretrain.precision, device)
     n_ctx = params.model.n_positions
     rows, frames = [], []

@@ -1,4 +1,4 @@
-"""Kernel backends: how a built model's modules compute, chosen by `model.backend`.
+"""Compute backends: how a built model's modules compute, chosen by `model.backend`.
 
 gpt1/model.py is the math in plain torch (the `torch` backend: SDPA, torch's dropout, on any
 device). `cpu_fused` swaps its modules for subclasses running the fused CPU kernels of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -217,3 +218,23 @@ def test_paper_preset_special_tokens_and_lstm() -> None:
     paper = load_params(REPO / "configs" / "paper.yaml")
     assert list(paper.bpe.special_tokens) == ["_start_", "_delimiter_", "_classify_"]
     assert paper.lstm.hidden_size == 2048 and paper.lstm.n_layer == 1   # Table 5's LSTM
+
+
+def test_cli_device_cuda_without_a_gpu_exits_2_before_any_output(tmp_path: Path) -> None:
+    """`device: cuda` where torch sees no GPU (a CPU build here; on a GPU host the GPUs are
+    hidden) stops at start in one line naming the torch build and the fix, writing nothing."""
+    text, n = re.subn(r"(?m)^device: auto", "device: cuda", (REPO / "params.yaml").read_text())
+    assert n == 1
+    (tmp_path / "params.yaml").write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpt1", "--params", "params.yaml", "finetune", "--task", "rte"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line
+    assert re.match(r"gpt1 finetune: error: device: cuda, but torch \S+ (is a CPU-only build|"
+                    r"\(CUDA [\d.]+\) sees no GPU)", line), line
+    assert "bash setup.sh" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written

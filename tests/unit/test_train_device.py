@@ -11,6 +11,7 @@ import torch
 
 from gpt1 import runtime
 from gpt1.backends import backend_of
+from gpt1.errors import Gpt1Error
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
 from gpt1.pretraining import CausalLM, cost_projection
@@ -85,13 +86,29 @@ def test_watch_names_the_first_bad_step(tmp_path):
 
 
 def test_the_device_is_the_local_rank_gpu(monkeypatch):
-    assert runtime.device() == torch.device("cpu")
+    """`cpu` is the CPU on any host; `auto` and `cuda` take this process's GPU (LOCAL_RANK)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runtime.device("auto") == runtime.device("cpu") == torch.device("cpu")
     chosen = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     monkeypatch.setenv("LOCAL_RANK", "3")
-    assert runtime.device() == torch.device("cuda", 3)
-    assert chosen == [3]
+    assert runtime.device("auto") == runtime.device("cuda") == torch.device("cuda", 3)
+    assert runtime.device("cpu") == torch.device("cpu")
+    assert chosen == [3, 3]
+
+
+def test_cuda_without_a_gpu_stops_in_one_line_naming_the_build(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(Gpt1Error, match=r"^device: cuda, but torch .* is a CPU-only build; on "
+                                         r"a GPU host run `bash setup.sh`"):
+        runtime.device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    with pytest.raises(Gpt1Error, match=r"\(CUDA 12.8\) sees no GPU"):
+        runtime.check_device("cuda")
+    runtime.check_device("auto")  # auto and cpu never stop
+    runtime.check_device("cpu")
 
 
 def test_cost_projection_and_its_log_line(make_params, tmp_path, caplog):
@@ -137,7 +154,8 @@ def test_the_gpu_recipe_trains_on_cpu_through_the_torch_backend(make_params, tmp
     0.41 after 3,200 tokens)."""
     torch._dynamo.reset()
     tokens, drop = (12800, 0.5) if has_fast_bf16() else (3200, 0.25)
-    params = make_params({"pretrain": {"precision": "bf16", "compile": True,
+    params = make_params({"device": "cpu",  # the CPU on any host, a GPU one included
+                          "pretrain": {"precision": "bf16", "compile": True,
                                        "max_tokens": tokens, "lr_max": 3e-3}})
     model = GPT(params.model, VOCAB)
     assert backend_of(model) == "torch" and params.model.attn_pdrop > 0
