@@ -127,14 +127,21 @@ def test_seed_and_id_lists_refused(key: str, value: list[int], needle: str) -> N
     assert "\n" not in str(info.value) and "Value error" not in str(info.value)
 
 
-def test_cli_empty_seed_list_exits_2_before_any_output(tmp_path: Path) -> None:
-    text, n = re.subn(r"seeds: \[[^\]]*\]", "seeds: []", (REPO / "params.yaml").read_text())
+def _cli_finetune(tmp_path: Path, pattern: str, replacement: str
+                  ) -> subprocess.CompletedProcess[str]:
+    """`gpt1 finetune --task rte` in tmp_path on params.yaml with one edit (GPUs hidden)."""
+    text, n = re.subn(pattern, replacement, (REPO / "params.yaml").read_text())
     assert n == 1
     (tmp_path / "params.yaml").write_text(text)
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "gpt1", "--params", "params.yaml", "finetune", "--task", "rte"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
+
+
+def test_cli_empty_seed_list_exits_2_before_any_output(tmp_path: Path) -> None:
+    proc = _cli_finetune(tmp_path, r"seeds: \[[^\]]*\]", "seeds: []")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("gpt1 finetune: error: params.yaml: finetune.seeds: must "
                                    "list at least one value, got []")
@@ -223,14 +230,7 @@ def test_paper_preset_special_tokens_and_lstm() -> None:
 def test_cli_device_cuda_without_a_gpu_exits_2_before_any_output(tmp_path: Path) -> None:
     """`device: cuda` where torch sees no GPU (a CPU build here; on a GPU host the GPUs are
     hidden) stops at start in one line naming the torch build and the fix, writing nothing."""
-    text, n = re.subn(r"(?m)^device: auto", "device: cuda", (REPO / "params.yaml").read_text())
-    assert n == 1
-    (tmp_path / "params.yaml").write_text(text)
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpt1", "--params", "params.yaml", "finetune", "--task", "rte"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-    )
+    proc = _cli_finetune(tmp_path, r"(?m)^device: auto", "device: cuda")
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip()
     assert "\n" not in line
