@@ -49,6 +49,9 @@ STAGES: dict[str, str] = {
     "report": "report",
 }
 TASK_STAGES: set[str] = {"prepare_task", "finetune", "ablation", "transfer_layers"}
+# Stages that run a model on params `device` (the data stages and the report run on the CPU).
+DEVICE_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "ablation", "transfer_layers",
+                           "zeroshot", "zeroshot_lstm"}
 # Stages taking more arguments than --task: stage -> {argument: type} (all required).
 STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
                                           "transfer_layers": {"layers": int}}
@@ -146,9 +149,10 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
     from gpt1 import tracking
 
     tracking.check_store(params)  # an unusable tracking store stops the stage before its work
-    from gpt1 import runtime
+    if name in DEVICE_STAGES:
+        from gpt1 import runtime
 
-    runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
+        runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import records, stages
 

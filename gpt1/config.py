@@ -505,9 +505,9 @@ class Params(Section):
 
     seed: NonNegInt
     device: Literal["auto", "cpu", "cuda"]
-    """Where every stage runs (gpt1/runtime.py): `cuda` = this process's GPU (LOCAL_RANK under
-    torchrun), and a stop at start when torch sees none; `cpu`; `auto` = the GPU when torch
-    sees one, else the CPU."""
+    """Where the model stages run (gpt1/runtime.py): `cuda` = this process's GPU (LOCAL_RANK
+    under torchrun), and a stop at the start of a model stage when torch sees none; `cpu`;
+    `auto` = the GPU when torch sees one, else the CPU. Data stages and the report use the CPU."""
     paths: Paths
     data: DataCfg
     clean: CleanCfg
