@@ -452,6 +452,17 @@ class ZeroShotCfg(Section):
         return self
 
 
+class DesignSd(Section):
+    """Variance components of a run-level arm difference (fractions) for the MDE."""
+
+    pretrain: NonNegFloat
+    """sd between pre-training seeds of a task's arm difference."""
+    seed: NonNegFloat
+    """sd between fine-tuning seeds (within a pre-training seed) of a task's arm difference."""
+    accuracy: Frac
+    """Accuracy of each arm for the per-example (binomial) variance of a paired difference."""
+
+
 class ReportCfg(Section):
     """Report stage: the paper's Tables 2-5 beside ours, and Figure 2 (spec §3)."""
 
@@ -475,6 +486,26 @@ class ReportCfg(Section):
     """Resamples of the eval examples behind every 95 % CI (percentile bootstrap)."""
     bootstrap_seed: NonNegInt
     """Seed of the resampling, so a report is reproducible."""
+    confirmatory_tasks: StrTuple
+    """Tasks of the confirmatory tests of findings (a), (b), (e) (docs/study.md): where the
+    model learns; the other Table 5 columns are reported descriptively."""
+    margin: PosFloat
+    """delta of finding (b)'s non-superiority test (a fraction: 0.01 = 1 point): held = "no
+    gain >= delta" when the 90 % upper bound of (with aux LM - without) is below it."""
+    power: Annotated[float, Field(gt=0.0, lt=1.0)]
+    """Power at which each design's minimum detectable effect (MDE) is stated."""
+    degenerate_frac: Annotated[float, Field(gt=0.5, le=1.0)]
+    """A cell whose predictions are at least this fraction one class is flagged (with a cell
+    whose CI does not clear the majority baseline): no delta vs the paper is printed for it."""
+    zeroshot_weights: dict[str, PosFloat]
+    """Finding (d)'s zero-shot composite: task -> weight, declared in advance (normalised over
+    the tasks scored)."""
+    design_sd: DesignSd
+    """Declared variance components behind each design's MDE (docs/study.md)."""
+    plan_commit: str | None
+    """The commit that fixed the plan; null = the commit that last touched docs/study.md."""
+    deviations: StrTuple
+    """Deviations from the plan (docs/study.md), printed in the report."""
 
     @model_validator(mode="after")
     def _columns_defined(self) -> ReportCfg:
@@ -483,6 +514,12 @@ class ReportCfg(Section):
         missing = sorted(labels - set(self.columns))
         if missing:
             raise ValueError(f"report.columns: no definition for {missing}")
+        bad = [t for t in self.confirmatory_tasks if t not in TASKS]
+        if bad:
+            raise ValueError(f"report.confirmatory_tasks: unknown task {bad[0]!r}")
+        bad = sorted(set(self.zeroshot_weights) - {"sst2", "cola", "race", "dprd"})
+        if bad:
+            raise ValueError(f"report.zeroshot_weights: {bad} are not zero-shot tasks")
         unlabelled = sorted(set(self.paper_ablations) - set(self.row_labels))
         if unlabelled:
             raise ValueError(f"report.row_labels: no label for {unlabelled}")

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from gpt1 import atomic
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
@@ -107,11 +109,62 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
     return out
 
 
+RunKey = tuple[int, int]
+"""A run: (pre-training seed, fine-tuning seed)."""
+
+
+def record_runs(record: Mapping[str, Any]) -> list[RunKey]:
+    """(pretrain_seed, seed) of each per-seed score of a fine-tuning record, aligned with its
+    `per_seed` lists and prediction files; a record without `pretrain_seed` (one pre-training
+    run, e.g. the committed demo records) counts as pre-training seed 0."""
+    if "runs" in record:
+        return [(int(p), int(f)) for p, f in record["runs"]]
+    seeds = record.get("seeds")
+    if not seeds:
+        first: dict[str, Any] = next(iter(record.get("scores", {}).values()), {})
+        seeds = list(range(len(first.get("per_seed") or [0])))
+    return [(int(record.get("pretrain_seed", 0)), int(s)) for s in seeds]
+
+
+def pool_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from the records of one task and variant (one per pre-training seed): the
+    first one's fields, per-seed scores, seeds and prediction files concatenated in pre-training
+    seed order, mean and sample sd over all runs, and `runs` = [(pretrain_seed, seed)]."""
+    recs = sorted(recs, key=lambda m: int(m.get("pretrain_seed", 0)))
+    runs = [r for m in recs for r in record_runs(m)]
+    out = {**recs[0], "runs": runs, "seeds": [f for _, f in runs]}
+    if len(recs) == 1:
+        return out
+    scores = {}
+    for name in recs[0].get("scores", {}):
+        if not all(name in m["scores"] for m in recs):
+            continue
+        vals = [float(v) for m in recs
+                for v in (m["scores"][name].get("per_seed") or [m["scores"][name]["mean"]])]
+        sd = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+        scores[name] = {"mean": float(np.mean(vals)), "sd": sd, "per_seed": vals}
+    preds = {split: [p for m in recs for p in m.get("predictions", {}).get(split, [])]
+             for split in recs[0].get("predictions", {})}
+    return {**out, "scores": scores, "predictions": preds}
+
+
 def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
     """task -> fine-tuning record of one variant (`full` = the finetune stage; Table 5 rows =
-    finetune_<variant>_<task>), by the record's own task / variant fields."""
-    return {m["task"]: m for stem, m in sorted(metrics.items())
-            if stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m}
+    finetune_<variant>_<task>), grouped by the records' own task / variant fields: the
+    records of several pre-training seeds are pooled into one (`pool_runs`)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for stem, m in sorted(metrics.items()):
+        if stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m:
+            groups.setdefault(m["task"], []).append(m)
+    return {task: pool_runs(recs) for task, recs in groups.items()}
+
+
+def layer_results(metrics: Metrics, task: str, k: int) -> dict[str, Any] | None:
+    """The Figure 2-left record(s) of a task with k blocks transferred (by their fields
+    task / layers_transferred), pooled over pre-training seeds; None if not run."""
+    recs = [m for stem, m in sorted(metrics.items()) if stem.startswith("layers_")
+            and m.get("task") == task and m.get("layers_transferred") == k and "scores" in m]
+    return pool_runs(recs) if recs else None
 
 
 def split_origins(record: Mapping[str, Any]) -> dict[str, Origin]:

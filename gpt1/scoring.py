@@ -171,3 +171,57 @@ def aggregate(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, Any]]
         out[name] = {"mean": float(np.mean(vals)), "sd": 0.0 if math.isnan(sd) else sd,
                      "per_seed": vals}
     return out
+
+
+def score_features(name: str, y_true: np.ndarray, y_pred: np.ndarray,
+                   mask: np.ndarray | None = None) -> np.ndarray:
+    """(n, m) per-example sufficient statistics of a metric: summed over any (re)sample of the
+    examples (a weighted sum per bootstrap draw), `score_from_sums` gives the metric on it.
+    Examples outside `mask` (a group score, e.g. RACE acc_middle) contribute 0. Spearman uses
+    the ranks of the scored rows (a resample is not re-ranked)."""
+    y, p = np.asarray(y_true), np.asarray(y_pred)
+    keep = np.ones(len(y)) if mask is None else np.asarray(mask, dtype=float)
+    if name == "acc":
+        cols = [np.ones(len(y)), (y == p).astype(float)]
+    elif name == "f1":
+        cols = [((p == 1) & (y == 1)).astype(float), (p == 1).astype(float),
+                (y == 1).astype(float)]
+    elif name == "mcc":
+        labels = np.unique(np.concatenate([y, p]))
+        cols = [((y == a) & (p == b)).astype(float) for a in labels for b in labels]
+    elif name in ("pearson", "spearman"):
+        x, z = y.astype(float), p.astype(float)
+        if name == "spearman":  # ranks within the scored rows
+            sel = keep > 0
+            x, z = np.zeros(len(y)), np.zeros(len(y))
+            x[sel], z[sel] = _rank(y[sel]), _rank(p[sel])
+        cols = [np.ones(len(y)), x, z, x * x, z * z, x * z]
+    else:
+        raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+    return np.stack(cols, axis=1) * keep[:, None]
+
+
+def score_from_sums(name: str, sums: np.ndarray) -> np.ndarray:
+    """The metric from summed `score_features` (..., m) -> (...): vectorised over draws.
+    Undefined values are 0 as in `score` (F1 with no positives, MCC or r of a constant)."""
+    s = np.asarray(sums, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if name == "acc":
+            out = s[..., 1] / s[..., 0]
+        elif name == "f1":
+            out = 2.0 * s[..., 0] / (s[..., 1] + s[..., 2])
+        elif name == "mcc":
+            k = math.isqrt(s.shape[-1])
+            cm = s.reshape(*s.shape[:-1], k, k)
+            t, q = cm.sum(-1), cm.sum(-2)
+            c, tot = np.trace(cm, axis1=-2, axis2=-1), cm.sum((-2, -1))
+            denom = np.sqrt((tot * tot - (q * q).sum(-1)) * (tot * tot - (t * t).sum(-1)))
+            out = (c * tot - (t * q).sum(-1)) / denom
+        elif name in ("pearson", "spearman"):
+            n, sx, sz, sxx, szz, sxz = np.moveaxis(s, -1, 0)
+            cov, vx, vz = sxz - sx * sz / n, sxx - sx * sx / n, szz - sz * sz / n
+            ok = (vx > 1e-12 * np.maximum(sxx, 1)) & (vz > 1e-12 * np.maximum(szz, 1))
+            out = np.where(ok, cov / np.sqrt(np.abs(vx * vz)), 0.0)
+        else:
+            raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
+    return np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)

@@ -1,23 +1,34 @@
-"""The report's statistics (numpy only): seeds, bootstrap CIs, paired differences.
+"""The report's statistics (numpy only): the run-level hierarchical bootstrap, the tests fixed
+in advance, Holm's adjustment and the minimum detectable effect (MDE) of a design.
 
-- `seed_summary`: mean and sample sd over seeds (sd only with >= 2 seeds).
-- `bootstrap_ci`: 95 % percentile bootstrap over evaluation examples with a fixed seed; the same
-  resampled example indices are used for every run scored on a split (every seed, every row of
-  a comparison), so a difference of two rows is a paired difference.
-- `verdict`: held / not held / inconclusive from a difference's CI.
+The unit of analysis is a run: (pre-training seed p, fine-tuning seed f). Every statistic is a
+linear contrast of per-run scores (a difference of two arms, a slope over arms, a weighted
+composite), so one bootstrap serves them all:
 
-The scores being resampled are gpt1.scoring's.
+- `draw_sums`: per-example features summed over each bootstrap resample of a split's examples
+  (drawn once per draw and shared by every arm and run scored on the split: paired), as a
+  matrix product over chunks of draws, never a Python loop over draws.
+- `hierarchical`: per-draw run values (draws, runs) -> the mean over p of the mean over f,
+  with the fine-tuning seeds resampled within each pre-training seed (one resample of seed
+  positions per draw, shared by every arm because the runs are the combined contrast) and the
+  pre-training seeds kept (two cannot be resampled); also each p's own estimate and the
+  between-p difference with its CI.
+- `superiority` (held = CI above 0 and the same sign in every pre-training seed),
+  `non_superiority` (held = "no gain >= margin": the 90 % upper bound below the margin),
+  `holm` (step-down adjusted p-values and CI levels for per-task secondary CIs), `mde` and
+  `design_se` (what a design can see at a given power, from variance components).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
-ScoreFn = Callable[[np.ndarray], float]
-"""Example indices (a resample of the eval split) -> one score."""
+CHUNK = 1024
+"""Bootstrap draws generated per matrix product (memory: CHUNK x n weights)."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +49,6 @@ def seed_summary(values: Sequence[float] | np.ndarray) -> Summary:
     return Summary(float(np.mean(arr)), sd, int(arr.size))
 
 
-def resample_indices(n: int, samples: int, seed: int) -> np.ndarray:
-    """(samples, n) example indices drawn with replacement; fixed by `seed`."""
-    return np.random.default_rng(seed).integers(0, n, size=(samples, n))
-
-
 @dataclass(frozen=True)
 class Interval:
     """A point estimate and its percentile bootstrap interval."""
@@ -52,30 +58,149 @@ class Interval:
     high: float
 
 
-def bootstrap_ci(fn: ScoreFn, n: int, samples: int, seed: int, level: float = 0.95
-                 ) -> Interval:
-    """Percentile bootstrap of fn over n eval examples: fn(all indices) and the (1 - level) / 2
-    and (1 + level) / 2 quantiles of fn over `samples` resamples (seeded). fn may combine
-    several runs on the same examples (seeds, rows): each resample is shared by all of them."""
-    return joint_bootstrap(lambda idx: fn(idx[0]), [n], samples, seed, level)
+def draw_sums(features: np.ndarray, draws: int, seed: int) -> np.ndarray:
+    """(draws, m) sums of the (n, m) per-example features over `draws` resamples of the n
+    examples with replacement (seeded: the same resamples for every call with this seed and
+    n, so every arm and run scored on one split shares them)."""
+    x = np.asarray(features, dtype=np.float64)
+    n = x.shape[0]
+    rng = np.random.default_rng(seed)
+    out = np.empty((draws, x.shape[1]))
+    for start in range(0, draws, CHUNK):
+        c = min(CHUNK, draws - start)
+        idx = rng.integers(0, n, size=(c, n))
+        flat = (np.arange(c)[:, None] * n + idx).ravel()
+        weights = np.bincount(flat, minlength=c * n).reshape(c, n).astype(np.float64)
+        out[start:start + c] = weights @ x
+    return out
 
 
-def joint_bootstrap(fn: Callable[[Sequence[np.ndarray]], float], sizes: Sequence[int],
-                    samples: int, seed: int, level: float = 0.95) -> Interval:
-    """bootstrap_ci over several eval splits at once (one per task): each resample draws every
-    split's examples independently and fn gets one index array per split."""
-    rngs = [resample_indices(n, samples, seed + i) for i, n in enumerate(sizes)]
-    draws = np.array([fn([r[b] for r in rngs]) for b in range(samples)])
+def percentile(draws: np.ndarray, level: float) -> tuple[float, float]:
+    """The (1 - level) / 2 and (1 + level) / 2 quantiles of the draws."""
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(draws, [tail, 1.0 - tail])
-    return Interval(float(fn([np.arange(n) for n in sizes])), float(low), float(high))
+    return float(low), float(high)
 
 
-def verdict(diff: Interval) -> str:
-    """held when the whole CI of (paper's better - worse) is above 0, not held when it is below,
-    inconclusive when it contains 0."""
-    if diff.low > 0:
-        return "held"
-    if diff.high < 0:
+@dataclass(frozen=True)
+class RunBootstrap:
+    """A contrast over runs: its estimate and CI, its draws (for other levels), each
+    pre-training seed's estimate and the first-minus-second pre-training seed difference."""
+
+    ci: Interval
+    draws: np.ndarray
+    per_pretrain: dict[int, float]
+    between: Interval | None
+    runs: int
+
+    def interval(self, level: float) -> Interval:
+        return Interval(self.ci.estimate, *percentile(self.draws, level))
+
+    def p_value(self) -> float:
+        """Two-sided bootstrap p-value of the contrast being 0."""
+        below = float(np.mean(self.draws <= 0.0))
+        above = float(np.mean(self.draws >= 0.0))
+        return min(1.0, 2.0 * min(below, above))
+
+
+def hierarchical(point: np.ndarray, draws: np.ndarray, pretrain: Sequence[int], seed: int,
+                 level: float = 0.95, resample_seeds: bool = True) -> RunBootstrap:
+    """Bootstrap of the mean over pre-training seeds of the mean over fine-tuning seeds.
+
+    point (runs,) = each run's contrast on all examples; draws (B, runs) = on each example
+    resample; pretrain (runs,) = each run's pre-training seed. With `resample_seeds` the
+    fine-tuning seeds of each pre-training seed are resampled with replacement once per draw
+    (vectorised); without it only the examples are (the examples-only CI)."""
+    pt = np.asarray(pretrain)
+    vals = np.asarray(draws, dtype=float)
+    rng = np.random.default_rng(seed)
+    groups = sorted({int(p) for p in pt})
+    per_draw, per_point = [], {}
+    for g in groups:
+        cols = np.flatnonzero(pt == g)
+        d = vals[:, cols]
+        if resample_seeds and len(cols) > 1:
+            d = np.take_along_axis(d, rng.integers(0, len(cols), size=d.shape), axis=1)
+        per_draw.append(d.mean(axis=1))
+        per_point[g] = float(np.mean(np.asarray(point, dtype=float)[cols]))
+    stacked = np.stack(per_draw, axis=1)
+    total = stacked.mean(axis=1)
+    estimate = float(np.mean(list(per_point.values())))
+    between = None
+    if len(groups) >= 2:
+        diff = stacked[:, 0] - stacked[:, 1]
+        between = Interval(per_point[groups[0]] - per_point[groups[1]], *percentile(diff, level))
+    return RunBootstrap(Interval(estimate, *percentile(total, level)), total, per_point,
+                        between, len(pt))
+
+
+def superiority(b: RunBootstrap) -> str:
+    """held = CI above 0 and every pre-training seed's estimate above 0; not held = CI below
+    0; else inconclusive (a CI above 0 whose pre-training seeds disagree in sign says so)."""
+    if b.ci.low > 0:
+        if all(v > 0 for v in b.per_pretrain.values()):
+            return "held"
+        return "inconclusive (the pre-training seeds disagree in sign)"
+    if b.ci.high < 0:
         return "not held"
     return "inconclusive"
+
+
+def non_superiority(b: RunBootstrap, margin: float, level: float = 0.90) -> str:
+    """held = "no gain >= margin": the upper bound of the `level` CI is below the margin;
+    not held = its lower bound is at or above the margin (a gain of at least the margin);
+    else inconclusive."""
+    ci = b.interval(level)
+    if ci.high < margin:
+        return "held"
+    if ci.low >= margin:
+        return "not held"
+    return "inconclusive"
+
+
+def holm(p_values: Sequence[float], alpha: float = 0.05) -> tuple[list[float], list[float]]:
+    """Holm's step-down adjustment of m p-values: (adjusted p-values, CI level of each), the
+    i-th smallest p getting level 1 - alpha / (m - i)."""
+    p = np.asarray(p_values, dtype=float)
+    m = len(p)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty(m)
+    levels = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        adjusted[i] = running
+        levels[i] = 1.0 - alpha / (m - rank)
+    return adjusted.tolist(), levels.tolist()
+
+
+def design_se(pretrain_sd: float, seed_sd: float, example_sd: float, n_pretrain: int,
+              n_seeds: int, n_examples: float, n_tasks: int = 1) -> float:
+    """Standard error of a contrast averaged over n_tasks tasks: per task, between-pre-training
+    variance / P + between-seed variance / (P F) + per-example variance / n (examples are
+    shared by the runs, so their term does not shrink with runs), tasks independent."""
+    per_task = (pretrain_sd ** 2 / n_pretrain + seed_sd ** 2 / (n_pretrain * n_seeds)
+                + example_sd ** 2 / n_examples)
+    return float(np.sqrt(per_task / n_tasks))
+
+
+def mde(se: float, power: float, level: float = 0.95, one_sided: bool = False) -> float:
+    """Minimum detectable effect: the true contrast a test at `level` (two-sided, or one-sided
+    at 1 - level) detects with probability `power`, given the contrast's standard error."""
+    z = NormalDist()
+    alpha = 1.0 - level
+    crit = z.inv_cdf(1.0 - (alpha if one_sided else alpha / 2.0))
+    return float((crit + z.inv_cdf(power)) * se)
+
+
+def paired_example_sd(p_a: float, p_b: float) -> float:
+    """sd of one example's accuracy difference between two arms right with probabilities p_a
+    and p_b, errors independent (a positive correlation only shrinks it)."""
+    return float(np.sqrt(p_a * (1 - p_a) + p_b * (1 - p_b)))
+
+
+def slope_weights(xs: Sequence[float]) -> np.ndarray:
+    """Weights w with sum(w * y) = the least-squares slope of y over xs."""
+    x = np.asarray(xs, dtype=float)
+    centred = x - x.mean()
+    return centred / float(np.sum(centred ** 2))

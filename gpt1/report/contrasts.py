@@ -1,8 +1,10 @@
-"""Our numbers from the records: per-seed cells of a paper column, per-example predictions
-and their bootstrap contrasts (95 % CIs over eval examples, paired across rows and seeds)."""
+"""Our numbers from the records: per-run cells of a paper column, per-example predictions,
+their run-level bootstrap contrasts (95 % CIs: examples resampled once per draw for every arm
+and run, fine-tuning seeds within pre-training seeds) and the degeneracy flags of a cell."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,8 @@ import numpy as np
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.scoring import score, score_parts
+from gpt1.records import RunKey, record_runs
+from gpt1.scoring import score_features, score_from_sums, score_parts
 from gpt1.tasks.registry import TASKS
 
 
@@ -33,7 +36,10 @@ class Cell:
         sd = "" if self.sd is None else f" ± {100 * self.sd:.1f}"
         return f"{100 * self.mean:.1f}{sd}{'*' if self.missing else ''}"
 
-    def delta(self, paper: float | None) -> str:
+    def delta(self, paper: float | None, flags: Sequence[str] = ()) -> str:
+        """ours - paper; none for a flagged (degenerate) cell."""
+        if flags:
+            return "— (flagged)"
         if self.mean is None or paper is None:
             return "n/a"
         return f"{100 * self.mean - paper:+.1f}"
@@ -98,7 +104,7 @@ def column_cell(results: Mapping[str, dict[str, Any]], components: Sequence[str]
 
 @dataclass(frozen=True)
 class Preds:
-    """One seed's predictions on one eval split (rows in file order)."""
+    """One run's predictions on one eval split (rows in file order)."""
 
     ids: np.ndarray
     label: np.ndarray
@@ -106,94 +112,169 @@ class Preds:
     group: np.ndarray
 
 
-RowPreds = dict[str, list[Preds]]
-"""task -> per-seed predictions of one table row (one variant)."""
+RunPreds = dict[RunKey, Preds]
+"""(pretrain_seed, seed) -> that run's predictions."""
+RowPreds = dict[str, RunPreds]
+"""task -> per-run predictions of one table row (one variant)."""
 
 
-def read_predictions(m: Mapping[str, Any], split: str) -> list[Preds] | None:
-    """The per-seed prediction files a metrics JSON names (`predictions[split]`); None when
-    it names none or one is missing (an older run): its cells then get no CI."""
+def read_predictions(m: Mapping[str, Any], split: str) -> RunPreds | None:
+    """The per-run prediction files a record names (`predictions[split]`, aligned with its
+    runs); None when it names none or one is missing (prediction files are not in git): its
+    cells then get no CI."""
     import pandas as pd
 
     paths = m.get("predictions", {}).get(split)
-    if not paths or not all(Path(p).is_file() for p in paths):
+    runs = record_runs(m)
+    if not paths or len(paths) != len(runs) or not all(Path(p).is_file() for p in paths):
         return None
-    out = []
-    for path in paths:
+    out = {}
+    for run, path in zip(runs, paths, strict=True):
         try:
             df = pd.read_parquet(path)
         except Exception as err:  # pyarrow raises several types on a damaged file
             raise Gpt1Error(f"unreadable parquet ({str(err).splitlines()[0]})", path) from None
-        out.append(Preds(df["id"].to_numpy(), df["label"].to_numpy(),
-                         df["prediction"].to_numpy(), df["group"].to_numpy()))
+        out[run] = Preds(df["id"].to_numpy(), df["label"].to_numpy(),
+                         df["prediction"].to_numpy(), df["group"].to_numpy())
     return out
 
 
 def row_predictions(results: Mapping[str, dict[str, Any]], split: str = "test") -> RowPreds:
-    """task -> per-seed predictions for every task of a row whose files are readable."""
+    """task -> per-run predictions for every task of a row whose files are readable."""
     return {task: p for task, m in results.items()
             if (p := read_predictions(m, split)) is not None}
 
 
-def _score_on(p: Preds, component: str, idx: np.ndarray) -> float:
-    """`task.score` of one seed's predictions restricted to the example indices idx."""
+@dataclass(frozen=True)
+class Term:
+    """weight x (metric - offset) of one arm's runs on one task's examples (the rows of a
+    group score only, e.g. RACE acc_middle)."""
+
+    task: str
+    metric: str
+    group: str | None
+    runs: RunPreds
+    weight: float
+    offset: float = 0.0
+
+
+def component_term(runs: RunPreds, component: str, weight: float) -> Term:
+    """The Term of a `task.score` component."""
     task, _, name = component.partition(".")
     metric, group = score_parts(TASKS[task], name)
-    y, pred = p.label[idx], p.prediction[idx]
-    if group is not None:
-        keep = p.group[idx] == group
-        y, pred = y[keep], pred[keep]
-    return score(metric, y, pred)
+    return Term(task, metric, group, runs, weight)
 
 
-def _row_value(row: RowPreds, cols: Sequence[Sequence[str]], idx: Mapping[str, np.ndarray]
-               ) -> float:
-    """Mean over seeds of the mean over columns, each column the mean of its components."""
-    n_seeds = min(len(row[c.split(".")[0]]) for comps in cols for c in comps)
-    return float(np.mean([
-        np.mean([np.mean([_score_on(row[c.split(".")[0]][s], c, idx[c.split(".")[0]])
-                          for c in comps]) for comps in cols])
-        for s in range(n_seeds)]))
+def _task_seed(seed: int, task: str) -> int:
+    """The example-resample seed of a task: the same for every contrast, arm and run."""
+    return seed + zlib.crc32(task.encode()) % 100_000
+
+
+def run_contrast(terms: Sequence[Term], params: Params, resample_seeds: bool = True
+                 ) -> stats.RunBootstrap | None:
+    """Hierarchical bootstrap (gpt1.stats) of sum(weight x (metric - offset)) per run, over the
+    runs every term has: each task's examples resampled once per draw for every term and run,
+    fine-tuning seeds resampled within pre-training seeds (unless `resample_seeds` is False).
+    None without terms, without a common run, or when runs were scored on different examples."""
+    if not terms:
+        return None
+    keys = sorted(set.intersection(*(set(t.runs) for t in terms)))
+    if not keys:
+        return None
+    cfg = params.report
+    point, draws = np.zeros(len(keys)), np.zeros((cfg.bootstrap_samples, len(keys)))
+    for task in sorted({t.task for t in terms}):
+        mine = [t for t in terms if t.task == task]
+        ref = mine[0].runs[keys[0]].ids
+        if any(len(t.runs[k].ids) != len(ref) or (t.runs[k].ids != ref).any()
+               for t in mine for k in keys):
+            return None
+        blocks = [(t, i, score_features(t.metric, p.label, p.prediction,
+                                        None if t.group is None else p.group == t.group))
+                  for t in mine for i, p in enumerate(t.runs[k] for k in keys)]
+        x = np.concatenate([b for _, _, b in blocks], axis=1)
+        sums = stats.draw_sums(x, cfg.bootstrap_samples, _task_seed(cfg.bootstrap_seed, task))
+        total, col = x.sum(axis=0), 0
+        for t, i, b in blocks:
+            width = b.shape[1]
+            draws[:, i] += t.weight * (score_from_sums(t.metric, sums[:, col:col + width])
+                                       - t.offset)
+            point[i] += t.weight * (float(score_from_sums(t.metric, total[col:col + width]))
+                                    - t.offset)
+            col += width
+    return stats.hierarchical(point, draws, [k[0] for k in keys], cfg.bootstrap_seed,
+                              resample_seeds=resample_seeds)
 
 
 def contrast(rows: Sequence[RowPreds], weights: Sequence[float],
-             cols: Sequence[Sequence[str]], params: Params) -> stats.Interval | None:
-    """95 % bootstrap CI of sum(w * row value) over the columns `cols`: every task's eval
-    examples resampled once per draw and shared by all rows and seeds (a paired difference
-    for weights +1, -1). None when a row lacks predictions for a task or two rows were
-    scored on different examples."""
+             cols: Sequence[Sequence[str]], params: Params, resample_seeds: bool = True
+             ) -> stats.RunBootstrap | None:
+    """sum(w x row value) over the columns `cols` (a row value = the mean over columns of the
+    mean of each column's components): `run_contrast` of it. None when a row lacks
+    predictions for a task or two rows were scored on different examples."""
+    cols = [c for c in cols if c]
     tasks = sorted({c.split(".")[0] for comps in cols for c in comps})
     if not tasks or any(t not in r for r in rows for t in tasks):
         return None
-    for t in tasks:
-        ref = rows[0][t][0].ids
-        if any(len(p.ids) != len(ref) or (p.ids != ref).any() for r in rows for p in r[t]):
-            return None
-
-    def fn(idx: Sequence[np.ndarray]) -> float:
-        by_task = dict(zip(tasks, idx, strict=True))
-        return sum(w * _row_value(r, cols, by_task) for r, w in zip(rows, weights, strict=True))
-
-    cfg = params.report
-    return stats.joint_bootstrap(fn, [len(rows[0][t][0].ids) for t in tasks],
-                                 cfg.bootstrap_samples, cfg.bootstrap_seed)
+    terms = [component_term(row[c.split(".")[0]], c, w / len(cols) / len(comps))
+             for row, w in zip(rows, weights, strict=True) for comps in cols for c in comps]
+    return run_contrast(terms, params, resample_seeds)
 
 
-def ci_text(ci: stats.Interval | None) -> str:
-    return "n/a" if ci is None else f"[{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+def ci_text(b: stats.RunBootstrap | None) -> str:
+    return "n/a" if b is None else f"[{100 * b.ci.low:.1f}, {100 * b.ci.high:.1f}]"
 
 
-def baseline_text(results: Mapping[str, dict[str, Any]], components: Sequence[str],
-                  kind: str) -> str:
-    """Mean over a column's components of their `chance` or `majority` baseline (x 100)."""
+def baseline_value(results: Mapping[str, dict[str, Any]], components: Sequence[str],
+                   kind: str) -> float | None:
+    """Mean over a column's components of their `chance` or `majority` baseline (fraction)."""
     vals = []
     for comp in components:
         task, _, score = comp.partition(".")
         entry = results.get(task, {}).get("baselines", {}).get(score)
         if entry is None:
-            return "n/a"
-        vals.append(entry[kind])
-    return f"{100 * float(np.mean(vals)):.1f}" if vals else "n/a"
+            return None
+        vals.append(float(entry[kind]))
+    return float(np.mean(vals)) if vals else None
+
+
+def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
+               preds: RowPreds, ci: stats.RunBootstrap | None, params: Params) -> list[str]:
+    """Why a cell is degenerate (empty = not flagged): its pooled predictions are at least
+    `report.degenerate_frac` one class, or its CI does not clear the majority baseline (without
+    predictions: its mean does not)."""
+    out = []
+    for comp in components:
+        task = comp.split(".")[0]
+        if task in preds and not TASKS[task].regression:
+            pooled = np.concatenate([p.prediction for p in preds[task].values()])
+            _, counts = np.unique(pooled, return_counts=True)
+            top = float(counts.max()) / len(pooled)
+            if top >= params.report.degenerate_frac:
+                out.append(f"{task}: {100 * top:.0f} % one class")
+    majority = baseline_value(results, components, "majority")
+    if majority is not None:
+        if ci is not None and ci.ci.low <= majority:
+            out.append(f"CI not above majority {100 * majority:.1f}")
+        elif ci is None:
+            cell = column_cell(results, components, {})
+            if cell.mean is not None and cell.mean <= majority:
+                out.append(f"mean not above majority {100 * majority:.1f}")
+    return list(dict.fromkeys(out))
+
+
+def flag_text(flags: Sequence[str], checked: bool) -> str:
+    """A table's flag cell: the reasons, `-` when clean, `unchecked` without predictions."""
+    if flags:
+        return "FLAG: " + "; ".join(flags)
+    return "-" if checked else "unchecked (no predictions)"
+
+
+def baseline_text(results: Mapping[str, dict[str, Any]], components: Sequence[str],
+                  kind: str) -> str:
+    """Mean over a column's components of their `chance` or `majority` baseline (x 100)."""
+    value = baseline_value(results, components, kind)
+    return "n/a" if value is None else f"{100 * value:.1f}"
 
 
 

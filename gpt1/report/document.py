@@ -12,6 +12,7 @@ from gpt1.config import Params
 from gpt1.records import Metrics, split_origins, variant_results
 from gpt1.report.figure2 import (
     MODEL_LABELS,
+    baseline_lines,
     layer_bands,
     layer_curves,
     plot_figure2,
@@ -19,7 +20,7 @@ from gpt1.report.figure2 import (
     zeroshot_bands,
     zeroshot_curves,
 )
-from gpt1.report.findings import render_findings
+from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.tables import render_ablations, render_table
 from gpt1.tasks.registry import TASKS
@@ -161,6 +162,42 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
         + ".", ""]
 
 
+def selection_text(full: Mapping[str, dict[str, Any]]) -> str:
+    """How the scored epoch was chosen, from the records' `select` field."""
+    kinds = {m.get("select") for m in full.values()}
+    if kinds == {"final"}:
+        return "the final epoch is scored (no selection, as the paper)."
+    if kinds == {"dev"}:
+        return "the epoch is chosen on a dev split that no table reports."
+    return ("records without a `select` field chose the epoch on a dev split (see Evaluation "
+            "splits).")
+
+
+def plan_commit(params: Params) -> str:
+    """The commit that fixed the plan: report.plan_commit, else the last commit that touched
+    docs/study.md (git), else `unknown`."""
+    if params.report.plan_commit:
+        return params.report.plan_commit
+    import subprocess
+
+    from gpt1.repo import repo_root
+
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%h", "--", "docs/study.md"],
+                             cwd=repo_root(), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no git)"
+    return out.stdout.strip() or "unknown (docs/study.md not committed)"
+
+
+def plan_section(params: Params) -> list[str]:
+    """The plan commit and the deviations from the plan (report.deviations)."""
+    devs = params.report.deviations
+    return [f"Plan: [docs/study.md](../docs/study.md) (pre-registration), fixed at commit "
+            f"`{plan_commit(params)}`. Deviations from the plan:"
+            + (" none." if not devs else ""), *[f"- {d}" for d in devs]]
+
+
 # The command that regenerates each preset's report from a fresh clone (README, "Presets").
 REGENERATE = {
     "demo": "dvc repro",
@@ -190,15 +227,20 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
         f"`{REGENERATE[params.report.preset]}`.", "", *banner(params, metrics),
         f"Config hash `{config_hash}` (sha256 of the params, first 12 hex digits).", "",
         "Each table names the split each task is scored on (official test, official dev, or a "
-        "seeded carve-out where the mirror lacks it), after model selection on a separate dev "
-        "split; the paper's GLUE numbers are test-server results. Numbers are x 100; ours are "
-        "the mean over seeds, ± the sample sd where there are >= 2 seeds (seeds per task: "
-        f"{', '.join(map(str, seeds)) or 'none'}); 95 % CI = percentile bootstrap over eval "
-        f"examples ({params.report.bootstrap_samples} resamples, seed "
-        f"{params.report.bootstrap_seed}), shared by the seeds; chance = expected score of "
+        f"seeded carve-out where the mirror lacks it); {selection_text(full)} The paper's GLUE "
+        "numbers are test-server results. Numbers are x 100; ours are the mean over runs "
+        "(pre-training seed x fine-tuning seed), ± the sample sd where there are >= 2 runs "
+        f"(runs per task: {', '.join(map(str, seeds)) or 'none'}); 95 % CI = run-level "
+        f"hierarchical bootstrap ({params.report.bootstrap_samples:,} draws, seed "
+        f"{params.report.bootstrap_seed}): eval examples resampled once per draw and shared by "
+        "every arm and run, fine-tuning seeds resampled within each pre-training seed; no CI "
+        "where the per-example prediction files are absent. Chance = expected score of "
         "uniform random guessing, majority = always the training split's most frequent label, "
-        "both on the scored split; Δ = ours - paper. `*` = some of the column's scores are "
-        "missing (footnotes).", "",
+        "both on the scored split; Δ = ours - paper, not printed for a flagged cell (FLAG: >= "
+        f"{100 * params.report.degenerate_frac:.0f} % of predictions one class, or a CI that "
+        "does not clear the majority baseline; `unchecked` = no predictions to check). `*` = "
+        "some of the column's scores are missing (footnotes).", "",
+        *plan_section(params), "",
     ]
     if stale:
         out += [f"Metrics written under another config hash (params changed since they ran; "
@@ -210,17 +252,19 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
             f"score ({glue_def}); the paper's also includes WNLI and is a test-server "
             "score, so it is not directly comparable.", ""]
     out += [render_ablations(params, metrics), ""]
-    out += render_findings(params, metrics, left, right)
+    found = evaluate_findings(params, metrics, left, right)
+    out += render_findings(params, metrics, left, right, found)
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
             f"Left, layers transferred ({', '.join(params.layers.tasks)}; k in "
-            f"{list(params.layers.layers_transferred)}; solid = dev, dashed = train "
-            "accuracy, mean over seeds; shaded = 95 % bootstrap CI over dev examples). "
+            f"{list(params.layers.layers_transferred)}; solid = the scored split, dashed = train "
+            "accuracy, mean over runs; shaded = 95 % run-level bootstrap CI; dotted = chance, "
+            "dash-dot = majority). "
             + describe_left(left) + f" Paper: {cfg.paper_figure2['left']}. "
-            + compare_left(left), "",
+            + compare_left(found[2]), "",
             "Right, zero-shot (0 = random guess, 1 = state of the art; Transformer solid, "
-            "LSTM dashed; shaded = 95 % bootstrap CI over the scored examples: one pre-training "
-            "run per model, so no seed spread). " + describe_right(right)
-            + f" Paper: {cfg.paper_figure2['right']}. " + compare_right(right), ""]
+            "LSTM dashed; shaded = 95 % bootstrap CI over the scored examples and pre-training "
+            "seeds; dotted = chance (0), dash-dot = majority). " + describe_right(right)
+            + f" Paper: {cfg.paper_figure2['right']}. " + compare_right(found[3]), ""]
     ztable = _zeroshot_table(metrics)
     if ztable:
         out += ["Zero-shot raw scores (x 100; accuracy, CoLA MCC) per checkpoint:", "",
@@ -254,7 +298,7 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     paths = {"figure": out / "figure2.png", "report": out / "report.md"}
     bands = {"left": layer_bands(params, metrics), "right": zeroshot_bands(params, metrics)}
     plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer,
-                 bands)
+                 bands, baseline_lines(params, metrics))
     for name, rows in plot_tables(left, right, params.zeroshot.tasks).items():
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))

@@ -3,7 +3,6 @@ the matplotlib figure and the rows of the `dvc plots` CSVs."""
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,29 +10,35 @@ from typing import Any
 
 import numpy as np
 
-from gpt1 import stats
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.records import Metrics
-from gpt1.report.contrasts import RowPreds, contrast, read_predictions
-from gpt1.scoring import score
+from gpt1.records import Metrics, layer_results
+from gpt1.report.contrasts import Preds, RowPreds, Term, contrast, read_predictions, run_contrast
 from gpt1.tasks.registry import TASKS
 
 MODEL_LABELS = {"transformer": "Transformer", "lstm": "LSTM"}
 
 
+def scored_key(m: Mapping[str, Any]) -> str:
+    """The score a Figure 2-left record reports: `test_acc` (a labelled split disjoint from its
+    training and selection data) where it has one, else `dev_acc` (older records)."""
+    return "test_acc" if "test_acc" in m.get("scores", {}) else "dev_acc"
+
+
 def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]
                  ) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """task -> {"dev": [(k, acc)], "train": [(k, acc)]} from layers_<task>_<k>.json."""
+    """task -> {"dev": [(k, acc)] (the scored split), "train": [(k, acc)]} from the
+    Figure 2-left records (by their task / layers_transferred fields, pre-training seeds
+    pooled)."""
     out: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for task in tasks:
         curves: dict[str, list[tuple[int, float]]] = {"dev": [], "train": []}
         for k in ks:
-            m = metrics.get(f"layers_{task}_{k}")
+            m = layer_results(metrics, task, k)
             if m is None:
                 continue
-            for split in curves:
-                entry = m["scores"].get(f"{split}_acc")
+            for split, key in (("dev", scored_key(m)), ("train", "train_acc")):
+                entry = m["scores"].get(key)
                 if entry is not None:
                     curves[split].append((k, float(entry["mean"])))
         out[task] = curves
@@ -41,17 +46,21 @@ def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]
 
 
 def zeroshot_curves(metrics: Metrics) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """model -> task -> [(step, normalised score)] from zeroshot*.json."""
-    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    """model -> task -> [(step, normalised score)] from zeroshot*.json: the mean over the
+    model's records (one per pre-training seed) at the steps they all have."""
+    acc: dict[str, dict[str, dict[int, list[float]]]] = {}
     for stem, m in sorted(metrics.items()):
         if not stem.startswith("zeroshot") or "checkpoints" not in m:
             continue
-        per_task: dict[str, list[tuple[int, float]]] = {}
-        for ckpt in sorted(m["checkpoints"], key=lambda c: c["step"]):
+        per_model = acc.setdefault(m["model"], {})
+        for ckpt in m["checkpoints"]:
             for task, value in ckpt["normalised"].items():
-                per_task.setdefault(task, []).append((int(ckpt["step"]), float(value)))
-        out[m["model"]] = per_task
-    return out
+                per_model.setdefault(task, {}).setdefault(int(ckpt["step"]), []).append(
+                    float(value))
+    return {model: {task: [(s, float(np.mean(v))) for s, v in sorted(by.items())
+                           if len(v) == max(len(x) for x in by.values())]
+                    for task, by in per_task.items()}
+            for model, per_task in acc.items()}
 
 
 Bands = dict[str, Any]
@@ -61,10 +70,12 @@ Bands = dict[str, Any]
 
 def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                  right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                 n_layer: int, bands: Bands | None = None) -> Any:
-    """Figure 2 as one matplotlib figure, two panels: layers transferred (left: dev solid,
-    train dashed, one colour per task), zero-shot vs updates (right: log x, one colour per
-    task, Transformer solid, LSTM dashed); shaded 95 % CI bands where `bands` has them."""
+                 n_layer: int, bands: Bands | None = None,
+                 lines: Mapping[str, Any] | None = None) -> Any:
+    """Figure 2 as one matplotlib figure, two panels: layers transferred (left: scored split
+    solid, train dashed, one colour per task), zero-shot vs updates (right: log x, one colour
+    per task, Transformer solid, LSTM dashed); shaded 95 % CI bands where `bands` has them;
+    chance (dotted) and majority (dash-dot) lines where `lines` (baseline_lines) has them."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,6 +96,13 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
         ks, lo, hi = zip(*band, strict=True)
         ax_l.fill_between(ks, [100 * v for v in lo], [100 * v for v in hi],
                           color=colors(list(left).index(task)), alpha=0.15, linewidth=0)
+    lines = lines or {}
+    for i, (task, (chance, majority)) in enumerate(lines.get("left", {}).items()):
+        color: Any = colors(list(left).index(task)) if task in left else colors(i)
+        ax_l.axhline(100 * chance, color=color, lw=0.8, ls=":",
+                     label=f"{task.upper()} chance")
+        ax_l.axhline(100 * majority, color=color, lw=0.8, ls="-.",
+                     label=f"{task.upper()} majority")
     ax_l.set_xlabel("# of layers transferred")
     ax_l.set_ylabel("accuracy (%)")
     ax_l.set_xlim(-0.3, n_layer + 0.3)
@@ -105,7 +123,10 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                 ax_r.fill_between(steps, lo, hi, color=colors(tasks.index(task)),
                                   alpha=0.12 if model == "transformer" else 0.06, linewidth=0)
     ax_r.set_xscale("log")
-    ax_r.axhline(0.0, color="grey", lw=0.8)
+    ax_r.axhline(0.0, color="grey", lw=0.8, ls=":", label="chance (random guess = 0)")
+    for task, majority in lines.get("right", {}).items():
+        color = colors(tasks.index(task)) if task in tasks else "grey"
+        ax_r.axhline(majority, color=color, lw=0.8, ls="-.", label=f"{task.upper()} majority")
     ax_r.set_xlabel("pre-training updates (log scale)")
     ax_r.set_ylabel("normalised zero-shot performance")
     ax_r.set_title("Zero-shot: Transformer (solid) vs LSTM (dashed)")
@@ -121,13 +142,14 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
 
 def plot_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                  right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
-                 path: str | Path, dpi: int, n_layer: int, bands: Bands | None = None) -> None:
+                 path: str | Path, dpi: int, n_layer: int, bands: Bands | None = None,
+                 lines: Mapping[str, Any] | None = None) -> None:
     """Figure 2 as one PNG (written atomically)."""
     import matplotlib.pyplot as plt
 
     from gpt1 import atomic
 
-    fig = draw_figure2(left, right, n_layer, bands)
+    fig = draw_figure2(left, right, n_layer, bands, lines)
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi)
     plt.close(fig)
@@ -162,26 +184,26 @@ def plot_tables(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
 
 
 def layer_predictions(metrics: Metrics, tasks: Sequence[str], k: int) -> RowPreds:
-    """task -> per-seed dev predictions of the Figure 2-left run with k blocks transferred."""
+    """task -> per-run scored-split predictions of the Figure 2-left run with k blocks."""
     out: RowPreds = {}
     for task in tasks:
-        m = metrics.get(f"layers_{task}_{k}")
-        p = read_predictions(m, "dev") if m else None
+        m = layer_results(metrics, task, k)
+        split = "test" if m and "test" in m.get("predictions", {}) else "dev"
+        p = read_predictions(m, split) if m else None
         if p is not None:
             out[task] = p
     return out
 
 
 def layer_bands(params: Params, metrics: Metrics) -> dict[str, list[tuple[int, float, float]]]:
-    """task -> [(k, low, high)]: 95 % bootstrap CI of each Figure 2-left dev point (seed mean;
-    dev examples resampled once per draw for all seeds)."""
+    """task -> [(k, low, high)]: 95 % run-level bootstrap CI of each Figure 2-left point."""
     out: dict[str, list[tuple[int, float, float]]] = {}
     for task in params.layers.tasks:
         for k in params.layers.layers_transferred:
             row = layer_predictions(metrics, [task], k)
-            ci = contrast([row], [1.0], [[f"{task}.{TASKS[task].metric}"]], params)
-            if ci is not None:
-                out.setdefault(task, []).append((k, ci.low, ci.high))
+            b = contrast([row], [1.0], [[f"{task}.{TASKS[task].metric}"]], params)
+            if b is not None:
+                out.setdefault(task, []).append((k, b.ci.low, b.ci.high))
     return out
 
 
@@ -207,32 +229,57 @@ def zeroshot_predictions(m: Mapping[str, Any]) -> ZsPreds | None:
     return out
 
 
-def zs_value(m: Mapping[str, Any], preds: ZsPreds, task: str, step: int,
-              idx: np.ndarray) -> float:
-    """Normalised zero-shot score of one task at one checkpoint on the examples idx."""
-    norm = m["norm"][task]
-    y, p = preds[task][step]
-    raw = score(norm["metric"], y[idx], p[idx])
-    return (raw - norm["random"]) / (norm["sota"] - norm["random"])
-
-
 def zeroshot_bands(params: Params, metrics: Metrics
                    ) -> dict[str, dict[str, list[tuple[int, float, float]]]]:
     """model -> task -> [(step, low, high)]: 95 % bootstrap CI over the scored examples of
-    each normalised zero-shot point (one pre-training run per model: no seed spread)."""
-    cfg = params.report
+    each normalised zero-shot point (one run per pre-training seed)."""
     out: dict[str, dict[str, list[tuple[int, float, float]]]] = {}
-    for stem, m in sorted(metrics.items()):
-        preds = zeroshot_predictions(m) if stem.startswith("zeroshot") else None
-        if preds is None:
+    for model in MODEL_LABELS:
+        recs = [m for stem, m in sorted(metrics.items()) if stem.startswith("zeroshot")
+                and m.get("model") == model]
+        preds = [(m, p) for m in recs if (p := zeroshot_predictions(m)) is not None]
+        if not preds or len(preds) != len(recs):
             continue
-        for task, by_step in preds.items():
+        for task in sorted(set.intersection(*(set(p) for _, p in preds))):
             band = []
-            for step in sorted(by_step):
-                ci = stats.bootstrap_ci(functools.partial(zs_value, m, preds, task, step),
-                                        len(by_step[step][0]), cfg.bootstrap_samples,
-                                        cfg.bootstrap_seed)
-                band.append((step, ci.low, ci.high))
-            out.setdefault(m["model"], {})[task] = band
+            for step in sorted(set.intersection(*(set(p[task]) for _, p in preds))):
+                terms = []
+                for m, p in preds:
+                    y, yhat = p[task][step]
+                    norm = m["norm"][task]
+                    run = {(int(m.get("pretrain_seed", 0)), 0):
+                           Preds(np.arange(len(y)), y, yhat, np.full(len(y), ""))}
+                    terms.append(Term(task, norm["metric"], None, run,
+                                      1.0 / (norm["sota"] - norm["random"]), norm["random"]))
+                b = run_contrast(terms, params)
+                if b is not None:
+                    band.append((step, b.ci.low, b.ci.high))
+            out.setdefault(model, {})[task] = band
     return out
 
+
+def baseline_lines(params: Params, metrics: Metrics) -> dict[str, Any]:
+    """Chance and majority lines of both panels: "left" task -> (chance, majority) accuracy of
+    the layer task's scored split (its records' baselines, else its fine-tuning record's);
+    "right" task -> majority in normalised units (the most frequent scored label, from the
+    zero-shot predictions; chance is 0 by construction)."""
+    left = {}
+    for task in params.layers.tasks:
+        recs = [m for stem, m in sorted(metrics.items())
+                if stem.startswith(("layers_", "finetune_")) and m.get("task") == task
+                and "acc" in m.get("baselines", {})]
+        if recs:
+            base = recs[-1]["baselines"]["acc"]
+            left[task] = (float(base["chance"]), float(base["majority"]))
+    right = {}
+    for stem, m in sorted(metrics.items()):
+        preds = zeroshot_predictions(m) if stem.startswith("zeroshot") else None
+        for task, by_step in (preds or {}).items():
+            norm = m["norm"][task]
+            if norm["metric"] != "acc":
+                continue  # a constant's MCC is 0 = chance
+            y = next(iter(by_step.values()))[0]
+            _, counts = np.unique(y, return_counts=True)
+            right[task] = (counts.max() / len(y) - norm["random"]) / (norm["sota"]
+                                                                     - norm["random"])
+    return {"left": left, "right": right}

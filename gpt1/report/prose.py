@@ -1,4 +1,5 @@
-"""What the Figure 2 curves show, in words, and whether they go the paper's way."""
+"""What the Figure 2 curves show, in words, and whether they go the paper's way: only as
+far as findings (c) and (d) say (no "as in the paper" unless the test held)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gpt1.report.figure2 import MODEL_LABELS
+from gpt1.report.verdict import Finding
 
 
 def describe_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
@@ -20,49 +22,36 @@ def describe_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]])
         (k0, a0), (k1, a1) = pts[0], pts[-1]
         ups = sum(b[1] > a[1] for a, b in zip(pts, pts[1:], strict=False))
         parts.append(
-            f"{task.upper()} dev accuracy goes from {100 * a0:.1f} with {k0} blocks to "
+            f"{task.upper()} scored-split accuracy goes from {100 * a0:.1f} with {k0} blocks to "
             f"{100 * a1:.1f} with {k1} ({100 * (a1 - a0):+.1f} points; it rises in {ups} of "
             f"{len(pts) - 1} steps).")
     return " ".join(parts) if parts else "No layer-transfer results at this preset."
 
 
-def compare_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
-    """Do our curves go the paper's way (more transferred blocks, higher dev accuracy)?"""
-    agree: list[str] = []
-    disagree: list[str] = []
-    for task, curves in left.items():
-        pts = curves.get("dev", [])
-        if len(pts) >= 2:
-            (agree if pts[-1][1] > pts[0][1] else disagree).append(task.upper())
-    if not agree and not disagree:
+def compare(finding: Finding | None, paper_claim: str) -> str:
+    """The sentence comparing a Figure 2 panel with the paper, from its finding's verdict only:
+    "as in the paper" only when the test held (and not against a non-learning baseline)."""
+    if finding is None or finding.verdict == "inconclusive" and finding.statistic == "n/a":
         return "No comparison with the paper possible."
-    parts = []
-    if agree:
-        parts.append(f"as in the paper, transfer helps on {', '.join(agree)}")
-    if disagree:
-        parts.append(f"unlike the paper, it does not help on {', '.join(disagree)}")
-    return "Compared with the paper: " + "; ".join(parts) + "."
+    if finding.reproduces:
+        return (f"Compared with the paper: as in the paper, {paper_claim} (finding "
+                f"({finding.tag}) held).")
+    verdict = (f"could not be tested ({finding.verdict})" if finding.verdict.startswith("no CI")
+               else f"is {finding.verdict}")
+    return (f"Compared with the paper: finding ({finding.tag}) {verdict}, so this run does not "
+            f"show that {paper_claim}.")
 
 
-def compare_right(right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:
-    """Does the Transformer rise with updates (rho > 0 and a net gain larger than its typical
-    step-to-step change, so a flat, noisy curve is not called rising) and is the LSTM the
-    rougher curve?"""
-    trends = {m: t for m, per_task in right.items() if (t := trend(per_task)) is not None}
-    if "transformer" not in trends:
-        return "No comparison with the paper possible."
-    rho, rough, net = trends["transformer"]
-    rises = rho > 0 and net > rough
-    parts = [(f"as in the paper, the Transformer's zero-shot score trends upward with "
-              f"pre-training (rho {rho:+.2f}; finding (d) tests the rise against its CI)"
-              if rises else "unlike the paper, the Transformer's zero-shot score does not "
-              "rise with pre-training")]
-    if "lstm" in trends:
-        lstm_rough = trends["lstm"][1]
-        parts.append("the LSTM's curve is the more variable one, as in the paper"
-                     if lstm_rough > rough else
-                     "the LSTM's curve is not more variable than the Transformer's")
-    return "Compared with the paper: " + "; ".join(parts) + "."
+def compare_left(finding: Finding | None) -> str:
+    """Does our layer-transfer curve go the paper's way? Only finding (c)'s test says."""
+    return compare(finding, "accuracy rises with the number of blocks transferred")
+
+
+def compare_right(finding: Finding | None) -> str:
+    """Does the Transformer's zero-shot score rise with pre-training? Only finding (d)'s test
+    says; whether the LSTM's curve is more variable is exploratory (no verdict)."""
+    return (compare(finding, "the Transformer's zero-shot score rises with pre-training")
+            + " Whether the LSTM's curve is more variable is exploratory: no verdict.")
 
 
 def trend(

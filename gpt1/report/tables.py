@@ -11,12 +11,15 @@ import numpy as np
 from gpt1.config import Params
 from gpt1.records import Metrics, scored_on, variant_results
 from gpt1.report.contrasts import (
+    RowPreds,
     baseline_text,
+    cell_flags,
     cell_of,
     ci_text,
     column_cell,
     column_values,
     contrast,
+    flag_text,
     present,
     row_predictions,
     seed_mean,
@@ -60,9 +63,9 @@ def render_table(name: str, params: Params, results: Mapping[str, dict[str, Any]
     all_tasks = [c.split(".")[0] for label in cfg.paper[name] for c in cfg.columns[label]
                  if c != "glue"]
     lines = [f"### {TABLE_TITLES[name]}", "", _scored_on(results, all_tasks), "",
-             "| dataset | paper | ours (mean ± sd) | 95 % CI | chance | majority | Δ | seeds "
-             "| n_train | n_eval |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| dataset | paper | ours (mean ± sd) | 95 % CI | chance | majority | Δ | runs "
+             "| n_train | n_eval | flag |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     notes: list[str] = []
     for label, paper in cfg.paper[name].items():
         comps = cfg.columns[label]
@@ -74,10 +77,13 @@ def render_table(name: str, params: Params, results: Mapping[str, dict[str, Any]
         n_eval = str(res.get("n_eval", "")) if res else ""
         have = present(results, comps)
         ci = contrast([preds], [1.0], [have], params) if have else None
+        flags = cell_flags(results, have, preds, ci, params) if have else []
+        checked = bool(have) and all(c.split(".")[0] in preds for c in have)
         lines.append(f"| {label} | {paper:.1f} | {cell.text()} | {ci_text(ci)} | "
                      f"{baseline_text(results, have, 'chance') if have else 'n/a'} | "
                      f"{baseline_text(results, have, 'majority') if have else 'n/a'} | "
-                     f"{cell.delta(paper)} | {cell.seeds or ''} | {n_train} | {n_eval} |")
+                     f"{cell.delta(paper, flags)} | {cell.seeds or ''} | {n_train} | {n_eval} | "
+                     f"{flag_text(flags, checked) if have else ''} |")
     return "\n".join(lines + [""] + _footnotes(notes))
 
 
@@ -109,42 +115,64 @@ def render_ablations(params: Params, metrics: Metrics) -> str:
                 "the paper's row recomputed over the same columns"
                 + ("" if matched != cols else " (= the paper's Avg up to rounding)") + "."
                 if matched else "Avg: n/a, no column is present in every row.")
+    avg_note += (" The paper's own Avg over its eight columns is printed beside it (`paper "
+                 "Avg`); the matched Avg is the one compared. A flagged cell (FLAG: >= "
+                 f"{100 * cfg.degenerate_frac:.0f} % of predictions one class, or a CI that does "
+                 "not clear the majority baseline) gets no Δ.")
     lines = ["### Table 5: ablations", "", _scored_on(full, tasks), "", avg_note, "",
-             "| method | | Avg | " + " | ".join(cols) + " |",
-             "|---|---|" + "---:|" * (len(cols) + 1)]
+             "| method | | Avg | paper Avg | " + " | ".join(cols) + " |",
+             "|---|---|" + "---:|" * (len(cols) + 2)]
     notes: list[str] = []
     for variant, paper in cfg.paper_ablations.items():
         results = variant_results(metrics, variant)
         preds = row_predictions(results)
-        cells, cis, row_vals = {}, {}, []
+        cells, cis, row_vals, flags = {}, {}, [], {}
         for c in cols:
             vals, missing = column_values(results, cfg.columns[c], cfg.glue)
             cells[c] = cell_of(vals, missing)
             notes += [f"{cfg.row_labels[variant]}: {m}" for m in missing]
             have = [present(results, cfg.columns[c])]
             cis[c] = contrast([preds], [1.0], have, params) if have[0] else None
+            flags[c] = cell_flags(results, have[0], preds, cis[c], params) if have[0] else []
             if c in matched and vals:
                 row_vals.append(seed_mean(vals))
+        flags["Avg"] = [f"{c}" for c in matched if flags[c]]
+        checked = {c: bool(preds_cols(preds, cfg, c)) for c in cols}
+        checked["Avg"] = all(checked[c] for c in matched)
         cells["Avg"] = cell_of(row_vals if len(row_vals) == len(matched) else [], [])
         cis["Avg"] = contrast([preds], [1.0], _matched_components(params, matched, results),
                               params) if matched else None
         paper_row = {**paper, "Avg": float(np.mean([paper[c] for c in matched]))
                      if matched else None}
         order = ["Avg", *cols]
+        published = f"{paper['Avg']:.1f}" if "Avg" in paper else "n/a"
         lines.append(f"| {cfg.row_labels[variant]} | paper | " + " | ".join(
-            "n/a" if paper_row[c] is None else f"{paper_row[c]:.1f}" for c in order) + " |")
-        lines.append("| | ours | " + " | ".join(cells[c].text() for c in order) + " |")
-        lines.append("| | 95 % CI | " + " | ".join(ci_text(cis[c]) for c in order) + " |")
-        lines.append("| | Δ | " + " | ".join(cells[c].delta(paper_row[c]) for c in order)
-                     + " |")
+            "n/a" if paper_row[c] is None else f"{paper_row[c]:.1f}" for c in order[:1])
+            + f" | {published} | " + " | ".join(
+            "n/a" if paper_row[c] is None else f"{paper_row[c]:.1f}" for c in cols) + " |")
+        for name, texts in (("ours", [cells[c].text() for c in order]),
+                            ("95 % CI", [ci_text(cis[c]) for c in order]),
+                            ("Δ", [cells[c].delta(paper_row[c], flags[c]) for c in order]),
+                            ("flag", ["FLAG" if flags[c] else "-" if checked[c]
+                                      else "unchecked" for c in order])):
+            lines.append(f"| | {name} | {texts[0]} | | " + " | ".join(texts[1:]) + " |")
     for kind in ("chance", "majority"):
         per_col = {c: baseline_text(full, cfg.columns[c], kind) if cfg.columns[c] != ("glue",)
                    else "n/a" for c in cols}
         nums = [float(per_col[c]) for c in matched if per_col[c] != "n/a"]
         avg = f"{np.mean(nums):.1f}" if matched and len(nums) == len(matched) else "n/a"
-        lines.append(f"| {kind} baseline | | {avg} | "
+        lines.append(f"| {kind} baseline | | {avg} | | "
                      + " | ".join(per_col[c] for c in cols) + " |")
     return "\n".join(lines + [""] + _footnotes(notes))
+
+
+def preds_cols(preds: RowPreds, cfg: Any, col: str) -> list[str]:
+    """[col] when the row has predictions for every task of the column (its flag is checked),
+    else []."""
+    comps = cfg.columns.get(col, ())
+    if comps and comps != ("glue",) and all(c.split(".")[0] in preds for c in comps):
+        return [col]
+    return []
 
 
 def _matched_components(params: Params, matched: Sequence[str],

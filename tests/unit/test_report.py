@@ -17,7 +17,8 @@ from spec_doc import sections, spec_text, table_rows
 from gpt1 import records, scoring
 from gpt1.config import load_params
 from gpt1.errors import Gpt1Error
-from gpt1.report import contrasts, document, figure2, findings, prose, tables
+from gpt1.report import contrasts, curve_tests, document, figure2, findings, prose, tables
+from gpt1.report.verdict import Finding
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "assets" / "report_golden.md"
@@ -116,6 +117,7 @@ def fixture_params(make_params):
         "paths": {"mirror_dir": "../shared/data", "tasks": "data/tasks"},
         "layers": {"tasks": ["mnli", "race"], "layers_transferred": [0, 2, 4]},
         "model": {"n_layer": 4},
+        "report": {"plan_commit": "fixture0plan", "deviations": ["a fixture deviation"]},
     })
 
 
@@ -190,13 +192,14 @@ def test_rendered_paper_column_equals_spec(make_params, tmp_path: Path) -> None:
     seen = 0
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if cells[0] in PAPER_ROWS and len(cells) == 10:
+        if cells[0] in PAPER_ROWS and len(cells) == 11:
             row, pos = PAPER_ROWS[cells[0]]
             assert float(cells[1]) == tasks[row][pos], cells[0]
             seen += 1
         if cells[0] in TABLE5_ROWS.values() and cells[1] == "paper":
             paper = [v for k, v in table5[cells[0]].items() if k != "Avg"]
-            assert [float(c) for c in cells[3:]] == paper  # Avg: over the matched columns
+            assert float(cells[3]) == table5[cells[0]]["Avg"]  # the published Avg, beside
+            assert [float(c) for c in cells[4:]] == paper  # cells[2]: over the matched columns
             seen += 1
     assert seen == len(PAPER_ROWS) + len(TABLE5_ROWS)
 
@@ -219,11 +222,17 @@ def test_figure2_has_both_panels_labels_legends_and_styles(tmp_path: Path) -> No
     assert ax_r.get_xscale() == "log"
     left_labels = [t.get_text() for t in ax_l.get_legend().get_texts()]
     assert left_labels == ["MNLI dev", "MNLI train", "RACE dev", "RACE train"]
-    lines = {line.get_label(): line for line in ax_r.get_lines() if "(" in line.get_label()}
-    assert len(lines) == 8 and len(ax_r.get_legend().get_texts()) == 8
+    lines = {line.get_label(): line for line in ax_r.get_lines()
+             if "(" in line.get_label() and not line.get_label().startswith("chance")}
+    assert len(lines) == 8 and len(ax_r.get_legend().get_texts()) == 9  # + the chance line
     assert lines["SST2 (Transformer)"].get_linestyle() == "-"
     assert lines["SST2 (LSTM)"].get_linestyle() == "--"
     assert list(lines["DPRD (LSTM)"].get_xdata()) == [1, 10, 100, 1000]
+    marked = figure2.draw_figure2(left, right, 4, None,
+                                  {"left": {"mnli": (0.33, 0.36)}, "right": {"sst2": 0.1}})
+    labels = [[t.get_text() for t in ax.get_legend().get_texts()] for ax in marked.axes]
+    assert {"MNLI chance", "MNLI majority"} <= set(labels[0])
+    assert {"chance (random guess = 0)", "SST2 majority"} <= set(labels[1])
     png = tmp_path / "figure2.png"
     figure2.plot_figure2(left, right, png, 50, 4)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -242,15 +251,18 @@ def test_plot_files_have_every_curve_column(tmp_path: Path) -> None:
     assert list(empty["zeroshot_transformer"][0]) == ["step", "log10_step", "sst2"]
 
 
-def test_flat_noisy_zero_shot_curve_is_not_called_rising() -> None:
-    """A positive rank correlation alone is not a rise: the net gain must exceed the curve's
-    typical step-to-step change (real demo run: -0.05 -> -0.05 with rho +0.43)."""
-    flat = {"transformer": {"sst2": [(1, 0.00), (4, -0.06), (14, 0.05), (52, 0.02),
-                                     (196, 0.06), (732, 0.01)]}}
-    rising = {"transformer": {"sst2": [(1, 0.00), (4, 0.02), (14, 0.05), (52, 0.09),
-                                       (196, 0.12), (732, 0.20)]}}
-    assert "does not rise" in prose.compare_right(flat)
-    assert "the Transformer's zero-shot score trends upward" in prose.compare_right(rising)
+def test_prose_says_as_in_the_paper_only_when_the_finding_held() -> None:
+    """The Figure 2 sentences come from the verdicts: a rising curve whose test did not hold
+    (or held only against a non-learning baseline) is not called "as in the paper"."""
+    def finding(verdict: str, flagged: str = "") -> Finding:
+        return Finding("d", "rises", verdict, "+0.1", "[0.0, 0.2]", "0.05", flagged, "")
+
+    assert "as in the paper" in prose.compare_right(finding("held"))
+    for f in (finding("inconclusive"), finding("not held"), finding("held", "scratch on SST2")):
+        text = prose.compare_right(f)
+        assert "as in the paper" not in text and "does not show" in text
+    assert "could not be tested" in prose.compare_left(finding(findings.NO_CI))
+    assert "exploratory: no verdict" in prose.compare_right(finding("held"))
 
 
 def _table5_rows(text: str) -> dict[str, list[str]]:
@@ -311,34 +323,62 @@ def _preds_json(root: Path, variant: str, task: str, correct: list[float], n: in
     vals = [scoring.score(score, labels, pd.read_parquet(p)["prediction"].to_numpy())
             for p in paths]
     out["scores"] = {score: {"mean": float(np.mean(vals)), "sd": 0.0, "per_seed": vals}}
+    base = 0.5 if score == "acc" else 0.0  # balanced labels: a constant scores 0.5 / MCC 0
+    out["baselines"] = {score: {"chance": base, "majority": base}}
     out["predictions"] = {"test": paths}
     return out
 
 
 @pytest.mark.parametrize(("full", "scratch", "word"), [
-    ([0.85, 0.8, 0.9], [0.5, 0.55, 0.5], "held"),
-    ([0.5, 0.55, 0.5], [0.85, 0.8, 0.9], "not held"),
+    ([0.85, 0.8, 0.9], [0.6, 0.62, 0.6], "held"),
+    ([0.6, 0.62, 0.6], [0.85, 0.8, 0.9], "not held"),
     ([0.7, 0.72, 0.7], [0.7, 0.71, 0.7], "inconclusive"),
 ])
-def test_finding_a_verdict_from_paired_bootstrap(make_params, tmp_path: Path, full, scratch,
-                                                 word) -> None:
-    """The verdict of (a) follows the CI of the paired difference of the
-    matched-column averages; its estimate is the difference of the two rows' averages."""
-    params = make_params({"report": {"bootstrap_samples": 200}})
+def test_finding_a_verdict_from_the_run_level_bootstrap(make_params, tmp_path: Path, full,
+                                                        scratch, word) -> None:
+    """The verdict of (a) follows the hierarchical CI of the difference of the confirmatory
+    mean; its estimate is the difference of the two rows' means; the line names its test,
+    margin and MDE."""
+    params = make_params({"report": {"bootstrap_samples": 200,
+                                     "confirmatory_tasks": ["sst2", "cola"]}})
     metrics = {}
     for variant, acc in (("full", full), ("scratch", scratch)):
         for task in ("sst2", "cola"):
             stem = "finetune_" + (task if variant == "full" else f"{variant}_{task}")
             metrics[stem] = _preds_json(tmp_path, variant, task, acc, 400)
-    line = findings._finding_rows(params, metrics, "a", "pre-training helps", "full", "scratch")
-    assert f": {word}.**" in line
+    f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
+    assert f.verdict == word and f": {word}.**" in f.line and not f.flagged
     avg = {v: np.mean([metrics[s]["scores"][k]["mean"] for s in metrics for k in
                        metrics[s]["scores"] if metrics[s]["variant"] == v])
            for v in ("full", "scratch")}
-    assert f"= {100 * (avg['full'] - avg['scratch']):+.1f} points" in line
-    cols, ci, per_seed, _ = findings._row_pair(params, metrics, "full", "scratch")
-    assert cols == ["CoLA", "SST2"] and ci is not None and len(per_seed) == 3
-    assert ci.low <= ci.estimate <= ci.high
+    assert f"= {100 * (avg['full'] - avg['scratch']):+.1f} points over 3 runs" in f.line
+    assert "Test: superiority" in f.line and "margin: none" in f.line and "MDE" in f.line
+    assert "Holm" in f.line
+
+
+def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path: Path
+                                                           ) -> None:
+    """An arm that always predicts one class is flagged in its table and a "held"
+    against it is labelled "vs a non-learning baseline" and does not reproduce the paper."""
+    params = make_params({"report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]}})
+    full = _preds_json(tmp_path, "full", "sst2", [0.85, 0.8, 0.9], 400)
+    const = _preds_json(tmp_path, "scratch", "sst2", [0.5, 0.5, 0.5], 400)
+    for path in const["predictions"]["test"]:  # always class 1: right on half the examples
+        df = pd.read_parquet(path)
+        df["prediction"] = 1
+        df.to_parquet(path)
+    metrics = {"finetune_sst2": full, "finetune_scratch_sst2": const}
+    f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
+    assert f.verdict == "held" and f.flagged and not f.reproduces
+    assert "held vs a non-learning baseline" in f.line and "100 % one class" in f.line
+    res = records.variant_results(metrics, "scratch")
+    preds = contrasts.row_predictions(res)
+    ci = contrasts.contrast([preds], [1.0], [["sst2.acc"]], params)
+    flags = contrasts.cell_flags(res, ["sst2.acc"], preds, ci, params)
+    assert any("one class" in x for x in flags) and any("majority" in x for x in flags)
+    assert contrasts.column_cell(res, ["sst2.acc"], {}).delta(91.3, flags) == "— (flagged)"
+    table = tables.render_ablations(params, metrics)
+    assert "— (flagged)" in table and "| flag |" in table
 
 
 def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
@@ -361,37 +401,31 @@ def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
             "norm": {"sst2": {"metric": "acc", "random": 0.5, "sota": 0.932}}}
 
 
-def test_finding_d_uses_the_bootstrap_over_zero_shot_examples(make_params, tmp_path: Path
-                                                              ) -> None:
+def test_finding_d_tests_the_composite_and_its_slope_after_warm_up(make_params,
+                                                                   tmp_path: Path) -> None:
+    """(d) held = final composite above random AND a positive slope over log(step) from the
+    end of warm-up (tiny preset: step 4): rising held, falling not held, flat inconclusive."""
     params = make_params({"report": {"bootstrap_samples": 200}})
+    cases = {"rising": ({1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, None, "held"),
+             "falling": ({1: 0.5, 10: 0.8, 100: 0.7, 1000: 0.6}, None, "not held"),
+             "noisy": ({1: 0.5, 10: 0.6, 1000: 0.605}, {1000: 40}, "inconclusive")}
+    for name, (correct, shift, word) in cases.items():
+        (tmp_path / name).mkdir()
+        metrics = {"zeroshot": _zeroshot_json(tmp_path / name, "transformer", correct, 400,
+                                              shift)}
+        f = curve_tests.zeroshot_finding(params, metrics, figure2.zeroshot_curves(metrics))
+        assert f.verdict == word, name
+        assert "slope 95 % CI" in f.line and "Exploratory, no verdict" in f.line
     metrics = {"zeroshot": _zeroshot_json(tmp_path, "transformer",
-                                          {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400),
-               "zeroshot_lstm": _zeroshot_json(tmp_path, "lstm",
-                                               {1: 0.5, 10: 0.75, 100: 0.55, 1000: 0.7}, 400)}
-    gain = findings.zeroshot_gain(params, metrics["zeroshot"])
-    assert gain is not None and gain.estimate == pytest.approx(0.3 / 0.432)
-    assert 0 < gain.low < gain.estimate < gain.high
-    line = findings._finding_zeroshot(params, metrics, figure2.zeroshot_curves(metrics))
-    assert ": held.**" in line and "95 % CI" in line
-    (tmp_path / "flat").mkdir()
-    flat = {"zeroshot": _zeroshot_json(tmp_path / "flat", "transformer", {1: 0.6, 1000: 0.61},
-                                       400)}
-    assert ": not held.**" in findings._finding_zeroshot(params, flat,
-                                                       figure2.zeroshot_curves(flat))
-    (tmp_path / "noisy").mkdir()  # +2 of 400 net, 80 examples flipped each way: CI spans 0
-    flat = {"zeroshot": _zeroshot_json(tmp_path / "noisy", "transformer",
-                                       {1: 0.6, 1000: 0.605}, 400, {1000: 40}),
-            "zeroshot_lstm": metrics["zeroshot_lstm"]}  # the rougher LSTM
-    gain = findings.zeroshot_gain(params, flat["zeroshot"])
-    assert gain is not None and gain.low < 0 < gain.high
-    assert ": inconclusive.**" in findings._finding_zeroshot(params, flat,
-                                                           figure2.zeroshot_curves(flat))
+                                          {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400)}
     bands = figure2.zeroshot_bands(params, metrics)
     (step, low, high) = bands["transformer"]["sst2"][-1]
     assert step == 1000 and low < 0.3 / 0.432 < high
     fig = figure2.draw_figure2({}, figure2.zeroshot_curves(metrics), 4,
                               {"left": {}, "right": bands})
-    assert len(fig.axes[1].collections) == 2  # one shaded band per curve
+    assert len(fig.axes[1].collections) == 1  # one shaded band per curve
+
+
 def test_read_metrics_merges_each_sidecar_under_its_scores(tmp_path: Path) -> None:
     (tmp_path / "finetune_cola.json").write_text('{"scores": {"mcc": {"mean": 0.4}}}')
     (tmp_path / "finetune_cola.info.json").write_text(

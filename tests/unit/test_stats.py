@@ -8,7 +8,14 @@ from scipy import stats as scipy_stats
 from sklearn import metrics as skm
 
 from gpt1 import stats
-from gpt1.scoring import chance_score, majority_label, majority_score, score
+from gpt1.scoring import (
+    chance_score,
+    majority_label,
+    majority_score,
+    score,
+    score_features,
+    score_from_sums,
+)
 
 
 def _oracle(name: str, y: np.ndarray, p: np.ndarray) -> float:
@@ -30,13 +37,17 @@ def test_seed_summary_sd_only_with_two_seeds() -> None:
     assert three.mean == pytest.approx(0.7) and three.sd == pytest.approx(0.1)
 
 
+def _labels(name: str, n: int, seed: int, classes: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Random (truth, prediction) for a metric: real-valued for correlations, else classes."""
+    rng = np.random.default_rng(seed)
+    if name in ("pearson", "spearman"):
+        return rng.normal(size=n), rng.integers(0, 5, n).astype(float)
+    return rng.integers(0, classes, n), rng.integers(0, 2, n)
+
+
 @pytest.mark.parametrize("name", ["acc", "f1", "mcc", "pearson", "spearman"])
 def test_scores_agree_with_sklearn_and_scipy(name: str) -> None:
-    rng = np.random.default_rng(0)
-    if name in ("pearson", "spearman"):
-        y, p = rng.normal(size=200), rng.integers(0, 5, 200).astype(float)
-    else:
-        y, p = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    y, p = _labels(name, 200, 0)
     assert score(name, y, p) == pytest.approx(_oracle(name, y, p), abs=1e-12)
 
 
@@ -46,51 +57,121 @@ def test_mcc_multiclass_agrees_with_sklearn() -> None:
     assert score("mcc", y, p) == pytest.approx(_oracle("mcc", y, p), abs=1e-12)
 
 
-def test_bootstrap_ci_of_a_mean_matches_the_normal_interval() -> None:
+def test_draw_sums_of_a_proportion_match_the_normal_interval() -> None:
     """Known answer: a proportion p over n examples has a 95 % CI of about p +- 1.96
-    sqrt(p (1 - p) / n); a constant score has a zero-width CI."""
+    sqrt(p (1 - p) / n); the same seed gives the same resamples (shared by every arm)."""
     n = 2000
     correct = np.zeros(n)
     correct[: n * 7 // 10] = 1.0  # accuracy 0.7
-    ci = stats.bootstrap_ci(lambda idx: float(correct[idx].mean()), n, 2000, seed=0)
+    feats = score_features("acc", correct, np.ones(n))
+    sums = stats.draw_sums(feats, 4000, seed=0)
+    acc = score_from_sums("acc", sums)
+    low, high = stats.percentile(acc, 0.95)
     half = 1.96 * np.sqrt(0.7 * 0.3 / n)
-    assert ci.estimate == pytest.approx(0.7)
-    assert ci.low == pytest.approx(0.7 - half, abs=0.004)
-    assert ci.high == pytest.approx(0.7 + half, abs=0.004)
-    flat = stats.bootstrap_ci(lambda idx: 0.5, n, 100, seed=0)
-    assert (flat.low, flat.high) == (0.5, 0.5)
-    again = stats.bootstrap_ci(lambda idx: float(correct[idx].mean()), n, 2000, seed=0)
-    assert again == ci  # fixed seed: the same interval every run
+    assert low == pytest.approx(0.7 - half, abs=0.004)
+    assert high == pytest.approx(0.7 + half, abs=0.004)
+    assert np.array_equal(stats.draw_sums(feats, 4000, seed=0), sums)
+    assert (sums[:, 0] == n).all()  # every resample has n examples
 
 
-def test_paired_difference_shares_the_resample() -> None:
-    """Two runs that differ on exactly the same 10 % of examples: the joint (paired) resample
-    gives a CI far narrower than resampling each run on its own would."""
-    n = 1000
-    rng = np.random.default_rng(2)
-    a = rng.integers(0, 2, n).astype(float)
-    b = a.copy()
-    b[:100] = 0.0
-    a[:100] = 1.0  # a is right wherever b is, plus on 100 more (or the same) examples
-    ci = stats.bootstrap_ci(lambda idx: float(a[idx].mean() - b[idx].mean()), n, 1000, seed=3)
-    diff = a.mean() - b.mean()
-    assert ci.estimate == pytest.approx(diff)
-    assert ci.low > 0 and ci.high - ci.low < 0.05
-    assert stats.verdict(ci) == "held"
-    assert stats.verdict(stats.Interval(-0.1, -0.2, -0.01)) == "not held"
-    assert stats.verdict(stats.Interval(0.01, -0.02, 0.05)) == "inconclusive"
+@pytest.mark.parametrize("name", ["acc", "f1", "mcc", "pearson", "spearman"])
+def test_scores_from_summed_features_equal_score(name: str) -> None:
+    """The vectorised bootstrap's metric on all examples equals `score`, group masks too."""
+    y, p = _labels(name, 300, 5, 3 if name == "mcc" else 2)
+    assert float(score_from_sums(name, score_features(name, y, p).sum(0))) == pytest.approx(
+        score(name, y, p), abs=1e-9)
+    mask = np.arange(300) % 3 == 0
+    assert float(score_from_sums(name, score_features(name, y, p, mask).sum(0))) == \
+        pytest.approx(score(name, y[mask], p[mask]), abs=1e-9)
+    const = np.zeros(300)
+    assert float(score_from_sums(name, score_features(name, y, const).sum(0))) == \
+        pytest.approx(score(name, y, const), abs=1e-9)
 
 
-def test_joint_bootstrap_resamples_each_split() -> None:
-    sizes = [10, 20]
-    seen: list[tuple[int, int]] = []
+def _runs(n_pretrain: int, n_seeds: int, n: int, seed_sd: float, pretrain_sd: float,
+          delta: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Synthetic correctness matrices of two arms (runs x examples) with known structure:
+    arm B right on each example with probability 0.6 + a run effect, arm A with probability
+    0.6 + delta + another run effect; run effects = pre-training (sd pretrain_sd) plus
+    fine-tuning seed (sd seed_sd). Returns (A, B, pretrain seed of each run, per-run A - B)."""
+    rng = np.random.default_rng(seed)
+    pt = np.repeat(np.arange(n_pretrain), n_seeds)
+    runs = len(pt)
 
-    def fn(idx: list[np.ndarray]) -> float:
-        seen.append((len(idx[0]), len(idx[1])))
-        return 0.0
+    def arm(base: float) -> np.ndarray:
+        eff = rng.normal(0, pretrain_sd, n_pretrain)[pt] + rng.normal(0, seed_sd, runs)
+        return (rng.random((runs, n)) < np.clip(base + eff, 0, 1)[:, None]).astype(float)
 
-    stats.joint_bootstrap(fn, sizes, 5, seed=0)
-    assert set(seen) == {(10, 20)} and len(seen) == 6  # 5 resamples + the point estimate
+    a, b = arm(0.6 + delta), arm(0.6)
+    return a, b, pt, a.mean(1) - b.mean(1)
+
+
+def _bootstrap(a: np.ndarray, b: np.ndarray, pt: np.ndarray, resample_seeds: bool,
+               draws: int = 4000) -> stats.RunBootstrap:
+    """The run-level bootstrap of mean(A) - mean(B): one example resample per draw shared by
+    every run of both arms."""
+    feats = np.concatenate([a.T, b.T], axis=1)  # (n, 2 x runs): each column one run's hits
+    sums = stats.draw_sums(feats, draws, seed=1) / a.shape[1]
+    runs = a.shape[0]
+    diff = sums[:, :runs] - sums[:, runs:]
+    return stats.hierarchical(a.mean(1) - b.mean(1), diff, pt, seed=2,
+                              resample_seeds=resample_seeds)
+
+
+def test_between_seed_variance_widens_the_ci_versus_examples_only() -> None:
+    """With large between-seed variance the hierarchical CI is much wider than the
+    examples-only one; with identical runs the two agree (the seed term adds nothing)."""
+    a, b, pt, _ = _runs(2, 3, 800, seed_sd=0.06, pretrain_sd=0.0, delta=0.05)
+    wide = _bootstrap(a, b, pt, True)
+    narrow = _bootstrap(a, b, pt, False)
+    width = {k: v.ci.high - v.ci.low for k, v in (("h", wide), ("e", narrow))}
+    assert width["h"] > 1.8 * width["e"]
+    assert wide.ci.estimate == narrow.ci.estimate
+    a, b = a[[0] * 6], b[[0] * 6]  # six identical runs per arm: no run-level variance
+    quiet = {r: _bootstrap(a, b, pt, r) for r in (True, False)}
+    ratio = (quiet[True].ci.high - quiet[True].ci.low) / (quiet[False].ci.high
+                                                          - quiet[False].ci.low)
+    assert ratio == pytest.approx(1.0)
+    assert set(wide.per_pretrain) == {0, 1} and wide.between is not None
+    assert wide.between.estimate == pytest.approx(
+        wide.per_pretrain[0] - wide.per_pretrain[1])
+
+
+def test_superiority_needs_the_same_sign_in_both_pretraining_seeds() -> None:
+    a, b, pt, _ = _runs(2, 3, 3000, seed_sd=0.0, pretrain_sd=0.0, delta=0.08)
+    assert stats.superiority(_bootstrap(a, b, pt, True)) == "held"
+    assert stats.superiority(_bootstrap(b, a, pt, True)) == "not held"
+    split = stats.RunBootstrap(stats.Interval(0.02, 0.01, 0.03), np.array([0.02]),
+                               {0: 0.05, 1: -0.01}, None, 6)
+    assert stats.superiority(split).startswith("inconclusive")
+
+
+@pytest.mark.parametrize(("delta", "word"), [(0.0, "held"), (0.05, "not held"),
+                                             (0.01, "inconclusive")])
+def test_non_superiority_inside_and_outside_the_margin(delta: float, word: str) -> None:
+    """A known difference well inside the margin (0 vs delta = 1 point) is held ("no gain
+    >= delta"); one well outside (5 points) is not held; one at the margin is inconclusive."""
+    a, b, pt, _ = _runs(2, 3, 5000, seed_sd=0.002, pretrain_sd=0.0, delta=delta, seed=3)
+    assert stats.non_superiority(_bootstrap(a, b, pt, True), 0.01) == word
+
+
+def test_holm_adjusts_in_step_down_order() -> None:
+    adj, levels = stats.holm([0.01, 0.04, 0.03])
+    assert adj == pytest.approx([0.03, 0.06, 0.06])
+    assert levels == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 1, 1 - 0.05 / 2])
+
+
+def test_mde_of_a_design() -> None:
+    """MDE = (z_0.975 + z_0.8) x SE = 2.80 SE; more runs shrink the seed terms only."""
+    assert stats.mde(1.0, 0.8) == pytest.approx(2.8016, abs=1e-3)
+    assert stats.mde(1.0, 0.8, level=0.95, one_sided=True) == pytest.approx(2.486, abs=1e-3)
+    big = stats.design_se(0.02, 0.02, 0.7, 1, 3, 872)
+    more = stats.design_se(0.02, 0.02, 0.7, 2, 3, 872)
+    assert more < big
+    assert stats.design_se(0, 0, 0.7, 2, 3, 872) == pytest.approx(0.7 / np.sqrt(872))
+    assert stats.paired_example_sd(0.6, 0.6) == pytest.approx(np.sqrt(0.48))
+    assert stats.slope_weights([0, 1, 2, 3, 4]) @ np.array([1, 2, 3, 4, 5.0]) == \
+        pytest.approx(1.0)
 
 
 def test_chance_scores_from_the_labels() -> None:

@@ -1,0 +1,93 @@
+"""What every finding's verdict line is built from: the Finding record, point estimates of a
+contrast from the records' per-run scores (available without prediction files), the design
+(pre-training x fine-tuning seeds) and the number formats."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpt1 import stats
+from gpt1.records import record_runs
+from gpt1.tasks.registry import TASKS
+
+NO_CI = "no CI: predictions not available"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding's outcome: the verdict word, the statistic and CI, the design's MDE, the
+    flagged arm it was tested against (empty if none) and the report line."""
+
+    tag: str
+    claim: str
+    verdict: str
+    statistic: str
+    ci: str
+    mde: str
+    flagged: str
+    line: str
+
+    @property
+    def reproduces(self) -> bool:
+        """Counts as reproducing the paper: held, and not against a non-learning baseline."""
+        return self.verdict == "held" and not self.flagged
+
+
+def pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def ci_pts(ci: stats.Interval) -> str:
+    return f"[{100 * ci.low:+.1f}, {100 * ci.high:+.1f}]"
+
+
+def component(task: str) -> str:
+    """A task's main score as `task.score` (its metric under its JSON name)."""
+    spec = TASKS[task]
+    return f"{task}.{spec.score_names.get(spec.metric, spec.metric)}"
+
+
+def run_points(recs: Sequence[Mapping[str, Any]], weights: Sequence[float],
+               comps: Sequence[str]) -> dict[tuple[int, int], float]:
+    """Per run (pretrain_seed, seed): sum over records of weight x mean over `comps` of the
+    record's per-seed scores (the contrast without predictions), on the runs all records have."""
+    per: list[dict[tuple[int, int], float]] = []
+    for m, w in zip(recs, weights, strict=True):
+        vals: dict[tuple[int, int], float] = {}
+        for comp in comps:
+            task, _, name = comp.partition(".")
+            if m.get("task") != task or name not in m["scores"]:
+                continue
+            entry = m["scores"][name]
+            for run, v in zip(record_runs(m), entry.get("per_seed") or [entry["mean"]],
+                              strict=False):
+                vals[run] = vals.get(run, 0.0) + w * float(v)
+        per.append(vals)
+    keys = set.intersection(*(set(p) for p in per)) if per else set()
+    return {k: sum(p[k] for p in per) for k in sorted(keys)}
+
+
+def hierarchical_mean(points: Mapping[tuple[int, int], float]) -> tuple[float, dict[int, float]]:
+    """Mean over pre-training seeds of the mean over fine-tuning seeds, and each p's mean."""
+    per = {p: float(np.mean([v for (q, _), v in points.items() if q == p]))
+           for p in sorted({p for p, _ in points})}
+    return float(np.mean(list(per.values()))), per
+
+
+def design(points: Mapping[tuple[int, int], Any]) -> tuple[int, int]:
+    """(pre-training seeds, fine-tuning seeds per pre-training seed) of a set of runs."""
+    pre = sorted({p for p, _ in points})
+    return len(pre), min(sum(1 for q, _ in points if q == p) for p in pre) if pre else 0
+
+
+def pretrain_text(per: Mapping[int, float], b: stats.RunBootstrap | None) -> str:
+    """Each pre-training seed's estimate and, with two, their difference with its CI."""
+    text = "per pre-training seed: " + ", ".join(f"p{p} {pts(v)}" for p, v in per.items())
+    if b is not None and b.between is not None:
+        text += (f"; between pre-training seeds {pts(b.between.estimate)}, 95 % CI "
+                 f"{ci_pts(b.between)}")
+    return text
