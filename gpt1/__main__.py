@@ -67,7 +67,7 @@ tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment
 # run(args, params).
 TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
                          "generate": "gpt1.generate", "predict": "gpt1.predict",
-                         "relog": "gpt1.tracking.relog"}
+                         "relog": "gpt1.tracking.relog", "verdicts": "gpt1.report.verdicts"}
 
 
 def quiet_telemetry() -> None:

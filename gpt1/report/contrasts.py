@@ -4,6 +4,7 @@ and run, fine-tuning seeds within pre-training seeds) and the degeneracy flags o
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -242,7 +243,7 @@ def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
                preds: RowPreds, ci: stats.RunBootstrap | None, params: Params) -> list[str]:
     """Why a cell is degenerate (empty = not flagged): its pooled predictions are at least
     `report.degenerate_frac` one class, or its CI does not clear the majority baseline (without
-    predictions: its mean does not)."""
+    predictions: the binomial approximation `approx_low` does not)."""
     out = []
     for comp in components:
         task = comp.split(".")[0]
@@ -257,10 +258,27 @@ def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
         if ci is not None and ci.ci.low <= majority:
             out.append(f"CI not above majority {100 * majority:.1f}")
         elif ci is None:
-            cell = column_cell(results, components, {})
-            if cell.mean is not None and cell.mean <= majority:
-                out.append(f"mean not above majority {100 * majority:.1f}")
+            low = approx_low(results, components)
+            if low is not None and low <= majority:
+                out.append(f"approx. CI not above majority {100 * majority:.1f} (binomial, no "
+                           "predictions)")
     return list(dict.fromkeys(out))
+
+
+def approx_low(results: Mapping[str, dict[str, Any]], components: Sequence[str]
+               ) -> float | None:
+    """Without prediction files: the lower 95 % bound of a cell from the example variance
+    alone, mean - 1.96 x sqrt(m (1 - m) / n_eval) for a bounded score (acc, F1) and
+    mean - 1.96 / sqrt(n_eval) for a correlation (MCC, r near 0): the flag's stand-in for the
+    bootstrap CI, never a reported CI."""
+    cell = column_cell(results, components, {})
+    tasks = {c.split(".")[0] for c in components}
+    n = min((int(results[t].get("n_eval") or 0) for t in tasks if t in results), default=0)
+    if cell.mean is None or n <= 0:
+        return None
+    bounded = all(TASKS[t].metric in ("acc", "f1") for t in tasks)
+    m = min(max(cell.mean, 0.0), 1.0)
+    return cell.mean - 1.96 * (math.sqrt(m * (1 - m) / n) if bounded else 1 / math.sqrt(n))
 
 
 def flag_text(flags: Sequence[str], checked: bool) -> str:
