@@ -14,12 +14,14 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.figure2 import layer_curves, zeroshot_curves
-from gpt1.report.findings import evaluate_findings
-from gpt1.report.verdict import Finding
+from gpt1.report.findings import evaluate_findings, row_mde
+from gpt1.report.verdict import Finding, component, run_points
 
 DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
 
@@ -45,6 +47,70 @@ def design_text(metrics: Metrics) -> str:
            else "epoch chosen on dev (older records)")
     return (f"{'old design: ' if old else ''}{runs} runs per task ({pre} pre-training "
             f"seed{'s' if pre > 1 else ''}), {sel}")
+
+
+PAIRS = (("a", "full", "scratch"), ("b", "full", "no_aux"), ("e", "full", "lstm"))
+
+
+def seed_sds(params: Params, metrics: Metrics) -> list[tuple[str, str, float, float]]:
+    """(finding, task, sd over runs of the per-run arm difference, mean accuracy of `full`) on
+    each confirmatory task of findings (a), (b), (e): the between-seed variance component the
+    MDE of docs/study.md assumes (runs share their eval examples, so this is seed variance)."""
+    out = []
+    for tag, better, worse in PAIRS:
+        res = {v: variant_results(metrics, v) for v in (better, worse)}
+        for task in params.report.confirmatory_tasks:
+            if not all(task in r for r in res.values()):
+                continue
+            comp = component(task)
+            diff = run_points([res[better][task], res[worse][task]], [1.0, -1.0], [comp])
+            if len(diff) >= 2:
+                acc = np.mean(res[better][task]["scores"][comp.split(".")[1]]["per_seed"])
+                out.append((tag, task, float(np.std(list(diff.values()), ddof=1)), float(acc)))
+    return out
+
+
+def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
+    """Per run: the seed sds behind the declared variance components, their root mean square,
+    and the MDE of findings (a)/(e) and (b) in the run's design and in the declared one."""
+    lines = ["## Variance components and MDE", "",
+             "Between-seed sd of each per-run arm difference (x 100) on the confirmatory tasks, "
+             "from the records' per-run scores; the root mean square over them is the `seed` "
+             "component `report.design_sd` declares (docs/study.md). One pre-training run per "
+             "committed run: the between-pre-training sd cannot be estimated and is declared "
+             "equal to it.", ""]
+    for name, _, params in runs:
+        metrics = read_metrics(params.paths.metrics)
+        sds = seed_sds(params, metrics)
+        if not sds:
+            continue
+        rms = float(np.sqrt(np.mean([sd ** 2 for _, _, sd, _ in sds])))
+        acc = float(np.mean([a for _, _, _, a in sds]))
+        lines.append(f"- **{name}**: " + "; ".join(f"({t}) {task.upper()} {100 * sd:.2f}"
+                                                 for t, task, sd, _ in sds)
+                     + f"; RMS {100 * rms:.2f}; mean accuracy of the full row {100 * acc:.1f}.")
+    sd = runs[0][2].report.design_sd if runs else None
+    if sd is not None:
+        lines += ["", f"Declared (`report.design_sd`): pre-training {100 * sd.pretrain:.2f}, "
+                  f"seed {100 * sd.seed:.2f}, accuracy {100 * sd.accuracy:.0f}. MDE at "
+                  f"{100 * runs[0][2].report.power:.0f} % power of the mean of two "
+                  "confirmatory tasks (gpt1.stats.design_se, gpt1.stats.mde):", "",
+                  "| design | pre-training x fine-tuning seeds | mean n_eval | (a)/(e) MDE "
+                  "(points) | (b): no gain ≥ δ shown when the true difference ≤ (points) |",
+                  "|---|---:|---:|---:|---:|"]
+        margin = runs[0][2].report.margin
+        for label, n_pre, n_ft, n_eval in PLAN_DESIGNS:
+            two = row_mde(runs[0][2], n_pre, n_ft, n_eval, 2)
+            one = row_mde(runs[0][2], n_pre, n_ft, n_eval, 2, one_sided=True)
+            lines.append(f"| {label} | {n_pre} x {n_ft} | {n_eval:,.0f} | {100 * two:.1f} | "
+                         f"{100 * (margin - one):+.1f} |")
+    return lines + [""]
+
+
+PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872 + 1000) / 2),
+                ("study v2 plan (full pools)", 2, 3, (872 + 5732) / 2),
+                ("demo (SST-2 872, QNLI 250)", 1, 3, (872 + 250) / 2))
+"""(label, pre-training seeds, fine-tuning seeds, mean eval examples of SST-2 and QNLI)."""
 
 
 def run_findings(params: Params) -> tuple[Metrics, list[Finding]]:
@@ -84,7 +150,7 @@ def render(runs: Sequence[tuple[str, str, Params]]) -> str:
         "| claim | run | verdict | statistic | CI | design MDE (at report.power) | flagged arm "
         "| reproduces the paper |",
         "|---|---|---|---|---|---|---|---|", *rows, "",
-        "Runs:", "", *notes, ""])
+        "Runs:", "", *notes, "", *design_lines(runs)])
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
