@@ -22,6 +22,7 @@ composite), so one bootstrap serves them all:
 from __future__ import annotations
 
 from collections.abc import Sequence
+import functools
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -58,21 +59,38 @@ class Interval:
     high: float
 
 
+CACHE_BYTES = 100_000_000
+"""Resample counts of a split are kept (uint8) for reuse by later contrasts up to this size."""
+
+
+@functools.lru_cache(maxsize=4)
+def _counts(n: int, draws: int, seed: int) -> np.ndarray:
+    """(draws, n) multiplicities of each example in each resample (uint8), seeded."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((draws, n), dtype=np.uint8)
+    for start in range(0, draws, CHUNK):
+        c = min(CHUNK, draws - start)
+        flat = (np.arange(c)[:, None] * n + rng.integers(0, n, size=(c, n))).ravel()
+        counts = np.bincount(flat, minlength=c * n).reshape(c, n)
+        out[start:start + c] = np.minimum(counts, 255)  # P(an example drawn > 255 times) ~ 0
+    return out
+
+
 def draw_sums(features: np.ndarray, draws: int, seed: int) -> np.ndarray:
     """(draws, m) sums of the (n, m) per-example features over `draws` resamples of the n
     examples with replacement (seeded: the same resamples for every call with this seed and
-    n, so every arm and run scored on one split shares them)."""
+    n, so every arm and run scored on one split shares them). Matrix products over chunks of
+    draws; the resample counts are cached for the next contrast on the same split."""
     x = np.asarray(features, dtype=np.float64)
     n = x.shape[0]
-    rng = np.random.default_rng(seed)
-    out = np.empty((draws, x.shape[1]))
-    for start in range(0, draws, CHUNK):
-        c = min(CHUNK, draws - start)
-        idx = rng.integers(0, n, size=(c, n))
-        flat = (np.arange(c)[:, None] * n + idx).ravel()
-        weights = np.bincount(flat, minlength=c * n).reshape(c, n).astype(np.float64)
-        out[start:start + c] = weights @ x
-    return out
+    if n * draws <= CACHE_BYTES:
+        counts = _counts(n, draws, seed)
+        return np.concatenate([counts[i:i + CHUNK].astype(np.float64) @ x
+                               for i in range(0, draws, CHUNK)]) if draws else \
+            np.empty((0, x.shape[1]))
+    counts_iter = (_counts.__wrapped__(n, min(CHUNK, draws - i), seed + i)
+                   for i in range(0, draws, CHUNK))
+    return np.concatenate([c.astype(np.float64) @ x for c in counts_iter])
 
 
 def percentile(draws: np.ndarray, level: float) -> tuple[float, float]:
