@@ -21,8 +21,8 @@ composite), so one bootstrap serves them all:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
