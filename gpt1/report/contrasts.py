@@ -260,8 +260,8 @@ def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
         elif ci is None:
             low = approx_low(results, components)
             if low is not None and low <= majority:
-                out.append(f"approx. CI not above majority {100 * majority:.1f} (binomial, no "
-                           "predictions)")
+                out.append(f"binomial approx. CI (no predictions) not above majority "
+                           f"{100 * majority:.1f}")
     return list(dict.fromkeys(out))
 
 

@@ -136,6 +136,8 @@ def render_ablations(params: Params, metrics: Metrics) -> str:
             flags[c] = cell_flags(results, have[0], preds, cis[c], params) if have[0] else []
             if c in matched and vals:
                 row_vals.append(seed_mean(vals))
+        notes += [f"{cfg.row_labels[variant]}: {c} flagged ({'; '.join(flags[c])}), no Δ"
+                  for c in cols if flags[c]]
         flags["Avg"] = [f"{c}" for c in matched if flags[c]]
         checked = {c: bool(preds_cols(preds, cfg, c)) for c in cols}
         checked["Avg"] = all(checked[c] for c in matched)

@@ -488,3 +488,33 @@ def test_a_record_without_origins_or_scored_on_reads_them_from_the_registry_and_
     assert records.split_origins(new) == {"test": "carved"}
     assert records.scored_on(new) == "part of RTE/dev.tsv"
     assert records.scored_on({"task": "rte"}) is None
+
+
+def test_records_of_two_pretraining_seeds_pool_into_six_runs(make_params, tmp_path: Path
+                                                             ) -> None:
+    """Records are grouped into runs by their fields (task, variant, pretrain_seed, seeds):
+    two pre-training seeds x three fine-tuning seeds = 6 runs per cell; the finding prints
+    each pre-training seed's estimate and their difference with its CI."""
+    params = make_params({"report": {"bootstrap_samples": 300, "confirmatory_tasks": ["sst2"]}})
+    metrics = {}
+    for p, (full, scratch) in enumerate((([0.85, 0.8, 0.9], [0.6, 0.62, 0.6]),
+                                         ([0.75, 0.8, 0.78], [0.6, 0.61, 0.63]))):
+        for variant, acc in (("full", full), ("scratch", scratch)):
+            (tmp_path / f"p{p}").mkdir(exist_ok=True)
+            rec = _preds_json(tmp_path / f"p{p}", variant, "sst2", acc, 400)
+            rec.update(pretrain_seed=p, seeds=[0, 1, 2])
+            stem = "finetune_sst2" if variant == "full" else "finetune_scratch_sst2"
+            metrics[f"{stem}_p{p}"] = rec
+    pooled = records.variant_results(metrics, "full")["sst2"]
+    assert pooled["runs"] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert pooled["scores"]["acc"]["per_seed"] == pytest.approx(
+        [0.85, 0.8, 0.9, 0.75, 0.8, 0.78])
+    assert len(pooled["predictions"]["test"]) == 6
+    f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
+    assert f.verdict == "held" and "over 6 runs (2 pre-training x 3 fine-tuning seeds" in f.line
+    assert "between pre-training seeds" in f.line
+    b = contrasts.contrast([contrasts.row_predictions(records.variant_results(metrics, v))
+                            for v in ("full", "scratch")], [1.0, -1.0], [["sst2.acc"]], params)
+    assert b is not None and b.runs == 6 and b.between is not None
+    assert b.between.estimate == pytest.approx((0.85 + 0.8 + 0.9 - 0.75 - 0.8 - 0.78) / 3
+                                               - (0.6 + 0.62 + 0.6 - 0.6 - 0.61 - 0.63) / 3)
