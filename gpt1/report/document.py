@@ -67,6 +67,34 @@ def _zeroshot_table(metrics: Metrics) -> list[str]:
     return lines
 
 
+def lr_section(params: Params, metrics: Metrics) -> list[str]:
+    """The learning-rate pilot (records with `chosen_lr`: variant, task, grid, dev scores, the
+    dev split it used) and the lr and warm-up steps each Table 5 row's records ran with."""
+    lines = []
+    pilots = [m for stem, m in sorted(metrics.items()) if "chosen_lr" in m]
+    if pilots:
+        lines += ["| row | task | lr grid | dev score per lr (x 100) | chosen lr | dev split |",
+                  "|---|---|---|---|---:|---|"]
+        for m in pilots:
+            scores = ", ".join(f"{lr}: {100 * float(v):.1f}"
+                               for lr, v in m.get("dev_scores", {}).items())
+            lines.append(f"| {params.report.row_labels.get(m['variant'], m['variant'])} | "
+                         f"{m['task']} | {', '.join(map(str, m.get('grid', [])))} | {scores} | "
+                         f"{m['chosen_lr']} | {m.get('dev_split', '')} |")
+        lines.append("")
+    used = []
+    for variant, label in params.report.row_labels.items():
+        res = variant_results(metrics, variant)
+        lrs = sorted({str(m["lr"]) for m in res.values() if "lr" in m})
+        warm = sorted({int(m["warmup_steps"]) for m in res.values() if "warmup_steps" in m})
+        if lrs:
+            used.append(f"{label}: lr {', '.join(lrs)}"
+                        + (f", warm-up {min(warm)}-{max(warm)} steps" if warm else ""))
+    if used:
+        lines.append("Learning rates used (records' `lr`): " + "; ".join(used) + ".")
+    return lines
+
+
 def _provenance(params: Params, metrics: Metrics) -> list[str]:
     lines = [f"- Task data: {params.paths.mirror_dir or 'the Hugging Face hub'} "
              "(files and sources in its MANIFEST.md), read in place; canonical tables in "
@@ -252,6 +280,9 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
             f"score ({glue_def}); the paper's also includes WNLI and is a test-server "
             "score, so it is not directly comparable.", ""]
     out += [render_ablations(params, metrics), ""]
+    lrs = lr_section(params, metrics)
+    if lrs:
+        out += ["### Learning rates (pilot on a carved dev split)", "", *lrs, ""]
     found = evaluate_findings(params, metrics, left, right)
     out += render_findings(params, metrics, left, right, found)
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",

@@ -98,7 +98,7 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     assert re.search(r"\| \[\d+\.\d, \d+\.\d\] \|$", lstm_rows[2].rstrip())  # CI from predictions
     assert "- **(a) pre-training helps (rows 1 vs 2):" in text and "(no per-example" not in text
     assert Path(zs["predictions"]).is_file()
-    assert "MNLI dev accuracy goes from" in text and "Transformer: mean normalised" in text
+    assert "MNLI scored-split accuracy goes from" in text and "Transformer: mean normalised" in text
     assert Path(out["outputs"]["figure"]).read_bytes()[:4] == b"\x89PNG"
     left = pd.read_csv(out["outputs"]["figure2_left"])
     assert left["layers"].tolist() == [0, 1, 2] and left["mnli_dev"].notna().all()

@@ -518,3 +518,19 @@ def test_records_of_two_pretraining_seeds_pool_into_six_runs(make_params, tmp_pa
     assert b is not None and b.runs == 6 and b.between is not None
     assert b.between.estimate == pytest.approx((0.85 + 0.8 + 0.9 - 0.75 - 0.8 - 0.78) / 3
                                                - (0.6 + 0.62 + 0.6 - 0.6 - 0.61 - 0.63) / 3)
+
+
+def test_the_report_prints_the_lr_each_pilot_chose(make_params, tmp_path: Path) -> None:
+    params = fixture_params(make_params)
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    metrics["lr_pilot_scratch_sst2"] = {
+        "variant": "scratch", "task": "sst2", "grid": [6.25e-5, 2.5e-4, 1e-3],
+        "dev_scores": {"6.25e-05": 0.51, "0.00025": 0.6, "0.001": 0.55}, "chosen_lr": 2.5e-4,
+        "dev_split": "carved from SST-2 train"}
+    metrics["finetune_scratch_sst2"].update(lr=2.5e-4, warmup_steps=1)
+    lines = document.lr_section(params, metrics)
+    assert "| Transformer w/o pre-training | sst2 | 6.25e-05, 0.00025, 0.001 |" in lines[2]
+    assert "| 0.00025 | carved from SST-2 train |" in lines[2]
+    assert "Transformer w/o pre-training: lr 0.00025, warm-up 1-1 steps" in lines[-1]
+    text = document.build_report(params, metrics, "h", "f.png", {})
+    assert "### Learning rates (pilot on a carved dev split)" in text
