@@ -206,23 +206,42 @@ def plan_commit(params: Params) -> str:
     docs/study.md (git), else `unknown`."""
     if params.report.plan_commit:
         return params.report.plan_commit
+    _, out = _git("log", "-1", "--format=%h", "--", "docs/study.md")
+    return out or "unknown (docs/study.md not committed)"
+
+
+def _git(*args: str) -> tuple[int, str]:
     import subprocess
 
     from gpt1.repo import repo_root
 
     try:
-        out = subprocess.run(["git", "log", "-1", "--format=%h", "--", "docs/study.md"],
-                             cwd=repo_root(), capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True,
+                             timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return "unknown (no git)"
-    return out.stdout.strip() or "unknown (docs/study.md not committed)"
+        return 1, ""
+    return out.returncode, out.stdout.strip()
+
+
+def plan_check(commit: str) -> str:
+    """Whether the plan commit is an ancestor of the checked-out commit and touches no result
+    (nothing under reports/, no dvc.lock), from git."""
+    code, _ = _git("merge-base", "--is-ancestor", commit, "HEAD")
+    if code not in (0, 1):
+        return "not found in this clone's git history"
+    code_files, files = _git("show", "--name-only", "--format=", commit)
+    results = [f for f in files.splitlines() if f.startswith("reports/") or f == "dvc.lock"]
+    return (("an ancestor of HEAD" if code == 0 else "NOT an ancestor of HEAD") + "; "
+            + ("touches no result" if not results and code_files == 0
+               else f"touches results: {', '.join(results) or 'unknown'}"))
 
 
 def plan_section(params: Params) -> list[str]:
-    """The plan commit and the deviations from the plan (report.deviations)."""
+    """The plan commit (and what git says of it) and the deviations from the plan."""
     devs = params.report.deviations
+    commit = plan_commit(params)
     return [f"Plan: [docs/study.md](../docs/study.md) (pre-registration), fixed at commit "
-            f"`{plan_commit(params)}`. Deviations from the plan:"
+            f"`{commit}` ({plan_check(commit)}). Deviations from the plan:"
             + (" none." if not devs else ""), *[f"- {d}" for d in devs]]
 
 
