@@ -534,3 +534,31 @@ def test_the_report_prints_the_lr_each_pilot_chose(make_params, tmp_path: Path) 
     assert "Transformer w/o pre-training: lr 0.00025, warm-up 1-1 steps" in lines[-1]
     text = document.build_report(params, metrics, "h", "f.png", {})
     assert "### Learning rates (pilot on a carved dev split)" in text
+
+
+def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None:
+    """The plan commit must be an ancestor of the run and touch no result."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "study.md").write_text("plan\n")
+    git("add", "-A")
+    git("commit", "-qm", "plan")
+    plan = git("rev-parse", "--short", "HEAD")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "report.md").write_text("result\n")
+    (tmp_path / "docs" / "study.md").write_text("plan, changed with a result\n")
+    git("add", "-A")
+    git("commit", "-qm", "run")
+    late = git("rev-parse", "--short", "HEAD")
+    monkeypatch.chdir(tmp_path)
+    assert document.plan_check(plan) == "an ancestor of HEAD; touches no result"
+    assert document.plan_check(late).endswith("touches results: reports/report.md")
+    assert document.plan_check("0000000") == "not found in this clone's git history"
