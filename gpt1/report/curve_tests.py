@@ -122,6 +122,17 @@ def _zs_contrast(params: Params, recs: Sequence[Mapping[str, Any]],
     return run_contrast(terms, params)
 
 
+def composite_se(params: Params, m: Mapping[str, Any], n_pretrain: int) -> float:
+    """Examples-only standard error of one checkpoint's composite: per task the binomial sd at
+    p = 0.5 (the largest; for MCC about the same scale) over its examples, in normalised
+    units (/ (sota - random)), weighted, averaged over the pre-training seeds."""
+    norm, n = m.get("norm", {}), m.get("n_examples", {})
+    var = sum(w ** 2 * 0.25 / max(int(n.get(t, 1) or 1), 1)
+              / (norm[t]["sota"] - norm[t]["random"]) ** 2
+              for t, w in _weights(params, m).items() if t in norm)
+    return math.sqrt(var / max(n_pretrain, 1))
+
+
 def zeroshot_finding(params: Params, metrics: Metrics,
                      right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> Finding:
     """(d): composite above random at the last checkpoint AND a positive slope over
@@ -151,10 +162,8 @@ def zeroshot_finding(params: Params, metrics: Metrics,
         above, rising = stats.superiority(b_final), stats.superiority(b_slope)
         verdict = ("held" if above == rising == "held" else
                    "not held" if "not held" in (above, rising) else "inconclusive")
-    n = min(int(len(y)) for m in recs if (p := zeroshot_predictions(m))
-            for by in p.values() for y, _ in by.values()) if b_slope is not None else 500
-    se = 0.5 / math.sqrt(n) / 0.35 / math.sqrt(len(_weights(params, recs[0])) * len(recs))
-    mde = stats.mde(se * math.sqrt(float(v @ v)), params.report.power)
+    mde = stats.mde(composite_se(params, recs[0], len(recs)) * math.sqrt(float(v @ v)),
+                    params.report.power)
     n_pre, _ = design(slope_pts)
     ci = ("n/a" if b_final is None or b_slope is None else
           f"final 95 % CI [{b_final.ci.low:+.3f}, {b_final.ci.high:+.3f}], slope 95 % CI "
