@@ -70,7 +70,7 @@ def _per_task(params: Params, rows: Sequence[Any], tasks: Sequence[str]) -> str:
         return ""
     adjusted, levels = stats.holm([b.p_value() for b in have.values()])
     parts = [f"{t.upper()} {pts(b.ci.estimate)}, Holm {100 * lv:.1f} % CI "
-             f"{ci_pts(b.interval(lv))} (adjusted p {p:.3f})"
+             f"{ci_pts(b.interval(lv))} (adjusted p {'< 0.001' if p < 0.001 else f'{p:.3f}'})"
              for (t, b), p, lv in zip(have.items(), adjusted, levels, strict=True)]
     return " Per task (secondary): " + "; ".join(parts) + "."
 
