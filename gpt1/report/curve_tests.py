@@ -34,7 +34,7 @@ def layers_finding(params: Params, metrics: Metrics,
                    left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> Finding:
     """(c): n_layer x the least-squares slope of scored-split accuracy over k, mean over the
     layer tasks; superiority (CI above 0, same sign in every pre-training seed)."""
-    claim = "transfer rises with blocks transferred (Figure 2 left)"
+    claim = "paper: \"accuracy rises with blocks transferred\" (Figure 2 left)"
     ks = sorted(params.layers.layers_transferred)
     recs = {t: {k: r for k in ks if (r := layer_results(metrics, t, k)) is not None}
             for t in params.layers.tasks}
@@ -137,7 +137,7 @@ def zeroshot_finding(params: Params, metrics: Metrics,
                      right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> Finding:
     """(d): composite above random at the last checkpoint AND a positive slope over
     log(step) from the end of warm-up on; the LSTM's variability is exploratory."""
-    claim = "zero-shot rises with pre-training (Figure 2 right)"
+    claim = "paper: \"zero-shot performance rises with pre-training\" (Figure 2 right)"
     recs = _zs_records(metrics, "transformer")
     curves = [_composite_curve(params, m) for m in recs]
     warm = params.pretrain.warmup_steps

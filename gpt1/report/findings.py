@@ -129,8 +129,8 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
 def aux_finding(params: Params, metrics: Metrics) -> Finding:
     """(b): no gain >= delta from the auxiliary LM on our small data (non-superiority); the
     paper's large-data half is untestable here."""
-    f = row_finding(params, metrics, "b", "auxiliary LM: no gain ≥ δ on small data (rows 1 "
-                    "vs 3)", "full", "no_aux", params.report.margin)
+    f = row_finding(params, metrics, "b", "paper: \"the auxiliary LM gives no gain on small "
+                    "data\" (rows 1 vs 3)", "full", "no_aux", params.report.margin)
     n_train = max([int(m.get("n_train", 0) or 0)
                    for m in variant_results(metrics, "no_aux").values()] or [0])
     note = (f" The paper's other half (the aux LM helps on tasks of ≥ {LARGE_TRAIN:,} training "
@@ -144,13 +144,13 @@ def evaluate_findings(params: Params, metrics: Metrics,
                       right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]
                       ) -> list[Finding]:
     """Findings (a)-(e), each by its pre-registered test."""
-    return [row_finding(params, metrics, "a", "pre-training helps (rows 1 vs 2)", "full",
-                        "scratch"),
+    return [row_finding(params, metrics, "a", "paper: \"pre-training helps\" (rows 1 vs 2)",
+                        "full", "scratch"),
             aux_finding(params, metrics),
             layers_finding(params, metrics, left),
             zeroshot_finding(params, metrics, right),
-            row_finding(params, metrics, "e", "Transformer beats the LSTM (rows 1 vs 4)", "full",
-                        "lstm")]
+            row_finding(params, metrics, "e", "paper: \"the Transformer beats the LSTM\" (rows 1 "
+                        "vs 4)", "full", "lstm")]
 
 
 def render_findings(params: Params, metrics: Metrics,

@@ -96,7 +96,8 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     lstm_rows = text.split("| LSTM w/ aux LM | paper |")[1].splitlines()
     assert lstm_rows[1].rstrip().endswith(f"| {rte:.1f} |")  # one seed: no "± sd"
     assert re.search(r"\| \[\d+\.\d, \d+\.\d\] \|$", lstm_rows[2].rstrip())  # CI from predictions
-    assert "- **(a) pre-training helps (rows 1 vs 2):" in text and "(no per-example" not in text
+    assert "- **(a) paper: \"pre-training helps\" (rows 1 vs 2):" in text
+    assert "(no per-example" not in text
     assert Path(zs["predictions"]).is_file()
     assert "MNLI scored-split accuracy goes from" in text and "Transformer: mean normalised" in text
     assert Path(out["outputs"]["figure"]).read_bytes()[:4] == b"\x89PNG"
