@@ -14,12 +14,13 @@ import numpy as np
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.records import Metrics, layer_results
-from gpt1.report.contrasts import Preds, Term, read_predictions, run_contrast
+from gpt1.report.contrasts import Preds, Term, component_term, read_predictions, run_contrast
 from gpt1.report.figure2 import MODEL_LABELS, scored_key, zeroshot_predictions
 from gpt1.report.verdict import (
     NO_CI,
     Finding,
     ci_pts,
+    component,
     design,
     hierarchical_mean,
     pretrain_text,
@@ -56,7 +57,7 @@ def layers_finding(params: Params, metrics: Metrics,
         m = recs[t][k]
         runs = read_predictions(m, "test" if "test" in m.get("predictions", {}) else "dev")
         if runs is not None:
-            terms.append(Term(t, "acc", None, runs, wk))
+            terms.append(component_term(runs, component(t), wk))
     b = run_contrast(terms, params) if len(terms) == len(flat) else None
     sd = params.report.design_sd
     n_pre, n_ft = design(points)

@@ -61,7 +61,8 @@ def _zeroshot_table(metrics: Metrics) -> list[str]:
                      "|---|---:|" + "---:|" * len(tasks)]
         for c in m["checkpoints"]:
             raw = c.get("scores", {})
-            lines.append(f"| {MODEL_LABELS.get(m['model'], m['model'])} | {c['step']} | "
+            seed = f" p{m['pretrain_seed']}" if "pretrain_seed" in m else ""
+            lines.append(f"| {MODEL_LABELS.get(m['model'], m['model'])}{seed} | {c['step']} | "
                          + " | ".join(f"{100 * raw[t]:.1f}" if t in raw else "n/a"
                                       for t in tasks) + " |")
     return lines

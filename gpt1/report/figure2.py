@@ -20,9 +20,14 @@ MODEL_LABELS = {"transformer": "Transformer", "lstm": "LSTM"}
 
 
 def scored_key(m: Mapping[str, Any]) -> str:
-    """The score a Figure 2-left record reports: `test_acc` (a labelled split disjoint from its
-    training and selection data) where it has one, else `dev_acc` (older records)."""
-    return "test_acc" if "test_acc" in m.get("scores", {}) else "dev_acc"
+    """The score a Figure 2-left record reports: `dev_acc` in older records (scored on the
+    split that chose the epoch), else the task's main score, as every fine-tuning record
+    scores it on the test split (disjoint from its training and selection data)."""
+    scores = m.get("scores", {})
+    if "dev_acc" in scores or m.get("task") not in TASKS:
+        return "dev_acc"
+    spec = TASKS[m["task"]]
+    return spec.score_names.get(spec.metric, spec.metric)
 
 
 def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]

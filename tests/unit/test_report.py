@@ -562,3 +562,29 @@ def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None
     assert document.plan_check(plan) == "an ancestor of HEAD; touches no result"
     assert document.plan_check(late).endswith("touches results: reports/report.md")
     assert document.plan_check("0000000") == "not found in this clone's git history"
+
+
+def test_finding_c_is_the_slope_over_blocks_on_the_test_split(make_params, tmp_path: Path
+                                                              ) -> None:
+    """(c) from Figure 2-left records of two pre-training seeds (scored on the test split like
+    every fine-tune): n_layer x the slope of accuracy over k; rising accuracy holds."""
+    params = make_params({"report": {"bootstrap_samples": 300},
+                          "layers": {"tasks": ["sst2"], "layers_transferred": [0, 1, 2]},
+                          "model": {"n_layer": 2}})
+    metrics = {}
+    for p in (0, 1):
+        for k in (0, 1, 2):
+            (tmp_path / f"p{p}k{k}").mkdir()
+            rec = _preds_json(tmp_path / f"p{p}k{k}", "full", "sst2",
+                              [0.55 + 0.1 * k + 0.01 * s for s in range(3)], 400)
+            rec.update(variant=f"layers_{k}", layers_transferred=k, pretrain_seed=p,
+                       seeds=[0, 1, 2])
+            metrics[f"layers_sst2_{k}_p{p}"] = rec
+    left = figure2.layer_curves(metrics, ["sst2"], [0, 1, 2])
+    assert [k for k, _ in left["sst2"]["dev"]] == [0, 1, 2]
+    f = curve_tests.layers_finding(params, metrics, left)
+    assert f.verdict == "held" and "2 x slope of accuracy" in f.line
+    assert f"{100 * 0.2:+.1f} points over 6 runs" in f.line
+    assert "a deviation from the paper's MNLI and RACE" in f.line
+    bands = figure2.layer_bands(params, metrics)
+    assert [k for k, _, _ in bands["sst2"]] == [0, 1, 2]
