@@ -14,12 +14,17 @@ import numpy as np
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.records import Metrics
+from gpt1.records import Metrics, first_run
 from gpt1.report.contrasts import RowPreds, contrast, read_predictions
 from gpt1.scoring import score
 from gpt1.tasks.registry import TASKS
 
 MODEL_LABELS = {"transformer": "Transformer", "lstm": "LSTM"}
+
+
+def layers_record(metrics: Metrics, task: str, k: int) -> dict[str, Any] | None:
+    """The Figure 2-left record of `task` with k blocks (the first pre-training seed's)."""
+    return first_run(metrics, f"layers_{task}_{k}", task=task, variant=f"layers_{k}")
 
 
 def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]
@@ -29,11 +34,12 @@ def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]
     for task in tasks:
         curves: dict[str, list[tuple[int, float]]] = {"dev": [], "train": []}
         for k in ks:
-            m = metrics.get(f"layers_{task}_{k}")
+            m = layers_record(metrics, task, k)
             if m is None:
                 continue
             for split in curves:
-                entry = m["scores"].get(f"{split}_acc")
+                entry = m["scores"].get(f"{split}_acc", m["scores"].get(m.get("metric", "")) if
+                                        split == "dev" else None)  # held-out score
                 if entry is not None:
                     curves[split].append((k, float(entry["mean"])))
         out[task] = curves
@@ -165,8 +171,8 @@ def layer_predictions(metrics: Metrics, tasks: Sequence[str], k: int) -> RowPred
     """task -> per-seed dev predictions of the Figure 2-left run with k blocks transferred."""
     out: RowPreds = {}
     for task in tasks:
-        m = metrics.get(f"layers_{task}_{k}")
-        p = read_predictions(m, "dev") if m else None
+        m = layers_record(metrics, task, k)
+        p = (read_predictions(m, "dev") or read_predictions(m, "test")) if m else None
         if p is not None:
             out[task] = p
     return out

@@ -10,7 +10,7 @@ import numpy as np
 
 from gpt1 import stats
 from gpt1.config import Params
-from gpt1.records import Metrics, variant_results
+from gpt1.records import Metrics, first_run, variant_results
 from gpt1.report.contrasts import (
     ci_text,
     column_values,
@@ -161,7 +161,7 @@ def _finding_zeroshot(params: Params, metrics: Metrics,
     if "transformer" not in trends:
         return "- **(d) zero-shot (Figure 2 right): inconclusive** — fewer than two checkpoints."
     rho, rough, net = trends["transformer"]
-    gain = zeroshot_gain(params, metrics.get("zeroshot", {}))
+    gain = zeroshot_gain(params, first_run(metrics, "zeroshot", model="transformer") or {})
     if gain is not None:  # the rise: held / not held / inconclusive by its CI, as (a)
         rise = "held" if gain.low > 0 else "not held" if gain.high < 0 else "inconclusive"
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt1 import stages
+from gpt1 import stages, variants
 from gpt1.__main__ import STAGE_ARGS, STAGES, build_parser
 from gpt1.errors import Gpt1Error
 
@@ -42,10 +42,17 @@ def test_cli_takes_variant_and_layers() -> None:
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    for name in ("ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
+    for name in ("lr_pilot", "ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
         assert name in STAGES and name in dvc
-    assert set(dvc["ablation"]["matrix"]) == {"variant", "task"}
+    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
     assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
+    assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
+    for name in ("finetune", "ablation", "transfer_layers"):  # per pre-training seed
+        assert dvc[name]["matrix"]["pseed"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item.pseed}" in dvc[name]["cmd"]
+    for name in ("pretrain", "pretrain_lstm", "zeroshot", "zeroshot_lstm"):
+        assert dvc[name]["foreach"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item}" in dvc[name]["do"]["cmd"]
     assert "--layers ${item.layers}" in dvc["transfer_layers"]["cmd"]
     assert "${paths.metrics}" in dvc["report"]["deps"]  # report reruns after any stage
 
@@ -59,10 +66,10 @@ def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
     params = make_params({"layers": {"max_train_examples": 7, "max_eval_examples": None},
                           "finetune": {"overrides": {"mnli": {"max_train_examples": 99,
                                                               "lr": 1e-3}}}})
-    study = stages._layers_caps(params, "mnli")
+    study = variants.layers_caps(params, "mnli")
     assert study.finetune.max_train_examples == 7
     assert study.finetune.max_eval_examples == params.finetune.max_eval_examples
     assert study.finetune.overrides["mnli"].max_train_examples is None
     assert study.finetune.overrides["mnli"].lr == 1e-3
     off = make_params({"layers": {"max_train_examples": None, "max_eval_examples": None}})
-    assert stages._layers_caps(off, "mnli") == off
+    assert variants.layers_caps(off, "mnli") == off

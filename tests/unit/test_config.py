@@ -141,7 +141,7 @@ def _cli_finetune(tmp_path: Path, pattern: str, replacement: str
 
 
 def test_cli_empty_seed_list_exits_2_before_any_output(tmp_path: Path) -> None:
-    proc = _cli_finetune(tmp_path, r"seeds: \[[^\]]*\]", "seeds: []")
+    proc = _cli_finetune(tmp_path, r"seeds: \[0[^\]]*\]", "seeds: []")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("gpt1 finetune: error: params.yaml: finetune.seeds: must "
                                    "list at least one value, got []")
