@@ -38,6 +38,21 @@ def test_cli_takes_variant_and_layers() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["ablation", "--task", "rte"])
     assert set(STAGE_ARGS) <= set(STAGES)
+    args = build_parser().parse_args(["finetune", "--task", "rte", "--pretrain-seed", "7"])
+    assert args.pretrain_seed == 7
+    assert build_parser().parse_args(["zeroshot"]).pretrain_seed is None  # the first seed
+    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--variant", "lstm"])
+    assert (args.task, args.variant) == ("rte", "lstm")
+
+
+def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
+    assert stages.resolve_pretrain_seed(tiny_params, None) == tiny_params.pretrain.seeds[0]
+    for stage in (lambda: stages.finetune(tiny_params, "rte", 7),
+                  lambda: stages.zeroshot(tiny_params, 7)):
+        with pytest.raises(Gpt1Error, match=r"pre-training seed 7 not in pretrain.seeds \[1234\]"):
+            stage()
+    with pytest.raises(Gpt1Error, match="not in ablations.pilot.variants"):
+        stages.lr_pilot(tiny_params, "sst2", "no_aux")
 
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
