@@ -42,23 +42,30 @@ STAGES: dict[str, str] = {
     "pretrain_lstm": "pretrain_lstm",
     "prepare_task": "prepare_task",
     "finetune": "finetune",
+    "lr_pilot": "lr_pilot",
     "ablation": "ablation",
     "transfer_layers": "transfer_layers",
     "zeroshot": "zeroshot",
     "zeroshot_lstm": "zeroshot_lstm",
     "report": "report",
 }
-TASK_STAGES: set[str] = {"prepare_task", "finetune", "ablation", "transfer_layers"}
+TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "transfer_layers"}
 # Stages that run a model on params `device` (the data stages and the report run on the CPU).
-DEVICE_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "ablation", "transfer_layers",
+DEVICE_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "lr_pilot", "ablation",
+                           "transfer_layers", "zeroshot", "zeroshot_lstm"}
+# Stages run once per pre-training seed: --pretrain-seed (a value of pretrain.seeds; default
+# the first).
+SEEDED_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "ablation", "transfer_layers",
                            "zeroshot", "zeroshot_lstm"}
 # Stages taking more arguments than --task: stage -> {argument: type} (all required).
 STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
+                                          "lr_pilot": {"variant": str},
                                           "transfer_layers": {"layers": int}}
 ARG_HELP: dict[str, str] = {
     "task": "one of the paper's 12 tasks (params finetune.tasks says which ones run)",
     "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
     "layers": "blocks transferred: a value of params layers.layers_transferred",
+    "pretrain_seed": "pre-training run: a value of params pretrain.seeds (default: the first)",
 }
 DESCRIPTION = """GPT-1 (Radford et al. 2018) as a pipeline: each subcommand runs one DVC stage or a
 tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment; see README."""
@@ -134,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--task", required=True, choices=list(TASKS), help=ARG_HELP["task"])
         for arg, kind in STAGE_ARGS.get(name, {}).items():
             p.add_argument(f"--{arg}", type=kind, required=True, help=ARG_HELP[arg])
+        if name in SEEDED_STAGES:
+            p.add_argument("--pretrain-seed", type=int, help=ARG_HELP["pretrain_seed"])
     for name, module in TOOLS.items():
         tool = importlib.import_module(module)
         doc = tool.__doc__ or name
@@ -173,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     kwargs = {"task": args.task} if args.command in TASK_STAGES else {}
     kwargs.update({arg: getattr(args, arg) for arg in STAGE_ARGS.get(args.command, {})})
+    if args.command in SEEDED_STAGES:
+        kwargs["pretrain_seed"] = args.pretrain_seed
     if args.command in TOOLS:
         tool = importlib.import_module(TOOLS[args.command])
         return guarded(args.command, lambda: tool.run(args, load_params(args.params)))

@@ -287,3 +287,10 @@ def load_model(
 
 def zeroshot_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / ZEROSHOT_DIR / f"step_{step:08d}.safetensors"
+
+
+def pretrain_dir(params: Params, kind: str, seed: int | None = None) -> Path:
+    """The run directory of one pre-training run: <paths.checkpoints> (kind "gpt") or
+    <paths.lstm_checkpoints> ("lstm"), then p<seed>; seed None = the first of pretrain.seeds."""
+    root = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
+    return Path(root) / f"p{params.pretrain.seeds[0] if seed is None else seed}"

@@ -247,7 +247,11 @@ class PretrainCfg(Section):
     log_interval_steps: PosInt
     checkpoint_interval_steps: PosInt
     zero_shot_checkpoints: NonNegInt
-    """Number of log-spaced steps whose checkpoints are kept for the zero-shot study."""
+    """Number of checkpoints kept for the zero-shot study: step 0 (the random init), then
+    log-spaced from the end of warm-up to the last update."""
+    seeds: IdTuple
+    """Pre-training seeds: one pre-training run (DVC stage pretrain@<seed>, pretrain_lstm@<seed>)
+    per seed, and every fine-tuning / zero-shot stage runs once per seed (demo and paper: one)."""
 
     @model_validator(mode="after")
     def _one_budget(self) -> PretrainCfg:
@@ -291,6 +295,10 @@ class FinetuneCfg(Section):
     max_train_examples: PosInt | None
     """Cap on training examples per task (demo runs); null = all."""
     max_eval_examples: PosInt | None
+    select: Literal["final", "dev"]
+    """final = score the last epoch (the paper: 3 epochs, no selection); dev = keep the epoch
+    best on the dev split (accuracy for F1 tasks, degenerate epochs last, ties to the later
+    epoch); the dev split is never a reported one."""
     overrides: dict[str, TaskOverride]
 
 
@@ -374,6 +382,22 @@ class AblationPreset(Section):
     """lambda of the auxiliary LM loss; null = finetune.lm_coef; 0 = w/o aux LM."""
 
 
+class LrPilotCfg(Section):
+    """The learning-rate pilot of the baselines that the paper's lr does not fit (Table 5:
+    from scratch, the LSTM): each lr of the grid fine-tunes on the training pool minus a carved
+    dev split and is scored on that dev split; the ablation runs at the best one."""
+
+    variants: StrTuple
+    """Ablation variants whose lr the pilot chooses (stage lr_pilot@<variant>-<task>)."""
+    lr_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=2)]
+    """Learning rates tried (at least two)."""
+    dev_examples: PosInt
+    """Examples carved out of the training pool as the pilot's dev split (never a scored
+    split; the pilot trains on the rest, capped as the task's fine-tuning)."""
+    seed: NonNegInt
+    """Fine-tuning seed of the pilot runs (and of the carve)."""
+
+
 class AblationsCfg(Section):
     """Table 5 ablations: the same finetune stage over variants x tasks (spec §3)."""
 
@@ -382,12 +406,15 @@ class AblationsCfg(Section):
     variants: StrTuple
     """Rows run by DVC (ablation@<variant>-<task>); each a key of `presets`."""
     presets: dict[str, AblationPreset]
+    pilot: LrPilotCfg
 
     @model_validator(mode="after")
     def _known_variants(self) -> AblationsCfg:
-        unknown = [v for v in self.variants if v not in self.presets]
+        unknown = [v for v in (*self.variants, *self.pilot.variants) if v not in self.presets]
         if unknown:
             raise ValueError(f"ablations.variants: {unknown} not in ablations.presets")
+        if not self.pilot.variants:
+            raise ValueError("ablations.pilot.variants: must list at least one variant")
         return self
 
 

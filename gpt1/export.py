@@ -1,6 +1,6 @@
 """`gpt1 export-hf RUN_DIR OUT_DIR`: a pre-trained run as a transformers OpenAIGPTLMHeadModel.
 
-RUN_DIR may also be a fine-tuned model (<paths.finetuned>/<task>/model): its body (the
+RUN_DIR may also be a fine-tuned model (<paths.finetuned>/p<seed>/<task>/model): its body (the
 Transformer, tied LM layer included) is exported the same way, and its task head, which has no
 OpenAIGPT counterpart (a linear layer on the `_classify_` token's state, with a bias), is
 written beside as task_head.safetensors (weight, bias) with its labels in task_head.json.
@@ -41,7 +41,7 @@ _CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".m
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="CHECKPOINT_DIR",
-                        help="pre-training run directory (params.paths.checkpoints)")
+                        help="pre-training run directory (<paths.checkpoints>/p<seed>)")
     parser.add_argument("out_dir", metavar="OUT_DIR",
                         help="transformers model directory to write: new or empty (a file or a "
                              "non-empty folder is refused unless --overwrite)")
@@ -158,9 +158,13 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
     """The model's scores from its stage's metrics file, when there is one."""
     if metrics_dir is None:
         return None
-    path = Path(metrics_dir) / (f"finetune_{meta['task']}.json" if meta.get("task")
-                                else "pretrain.json")
-    return dict(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+    stem = f"finetune_{meta['task']}" if meta.get("task") else "pretrain"
+    seed = meta.get("pretrain_seed")  # the record of that pre-training run, else the old stem
+    for name in ([f"{stem}_p{seed}"] if seed is not None else []) + [stem]:
+        path = Path(metrics_dir) / f"{name}.json"
+        if path.is_file():
+            return dict(json.loads(path.read_text(encoding="utf-8")))
+    return None
 
 
 def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Path,

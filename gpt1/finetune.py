@@ -3,8 +3,10 @@
 Loss: mean(classifier loss) + lm_coef * mean(LM loss) with the LM loss masked to real tokens,
 averaged per sequence, then over the batch. Adam(W) with warm-up then linear decay, gradient
 clipping, bf16 autocast: gpt1.optim / gpt1.step.train_step, the same step as pre-training.
-Per seed: train for the task's epochs, select the epoch with the best dev score, score the
-test split with it and save its predictions. Any body with forward(idx) -> (B, T, C) and
+Per seed: train for the task's epochs on that seed's training set, keep the last epoch
+(`select: final`, the paper) or the epoch with the best dev score (`select: dev`), score the
+test split with it and save its predictions. The dev split only ever chooses; it is never a
+reported split. Any body with forward(idx) -> (B, T, C) and
 lm_logits(h) works (GPT, or the LSTM baseline of the ablations).
 """
 
@@ -14,7 +16,7 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -71,6 +73,8 @@ class Hparams:
     precision: str
     init_std: float
     data_seed: int
+    select: str
+    """final = score the last epoch; dev = the epoch best on the dev split (never reported)."""
 
 
 def resolve_hparams(params: Params, task: str) -> Hparams:
@@ -91,7 +95,38 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
         max_eval_examples=pick("max_eval_examples"), betas=(pt.adam_beta1, pt.adam_beta2),
         eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
         precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
+        select=ft.select,
     )
+
+
+def train_subset_seed(data_seed: int, seed: int) -> int:
+    """Seed of fine-tuning seed `seed`'s training subset of a capped pool: a run's data sample
+    varies with its seed (and is the same for every arm and pre-training run at that seed)."""
+    return int(np.random.SeedSequence([data_seed, seed]).generate_state(1)[0])
+
+
+def warmup_steps(warmup_frac: float, total: int) -> int:
+    """Warm-up updates: warmup_frac of them, at least one wherever warmup_frac > 0 (the
+    paper's 0.2 % of a short run rounds to 0 otherwise)."""
+    return max(1, round(warmup_frac * total)) if warmup_frac > 0 else 0
+
+
+DEGENERATE_SHARE = 0.95
+"""An epoch whose dev predictions are at least this share one class ranks below every other
+in `select: dev` (a constant predictor is never chosen over a model that learned)."""
+
+
+def selection_key(spec: TaskSpec, dev: dict[str, float], pred: np.ndarray, epoch: int
+                  ) -> tuple[bool, float, int]:
+    """Sort key of one epoch under `select: dev` (max wins): not degenerate, then the dev score
+    (accuracy for an F1 task, which an always-positive model maximises), then the later epoch
+    (ties never go back to a less-trained model)."""
+    metric = "acc" if spec.metric == "f1" else spec.metric
+    degenerate = False
+    if not spec.regression and len(pred):
+        share = np.unique(pred, return_counts=True)[1].max() / len(pred)
+        degenerate = bool(share >= DEGENERATE_SHARE)
+    return (not degenerate, float(dev[metric]), epoch)
 
 
 def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,
@@ -219,9 +254,12 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                    make_body: BodyFactory, on_metrics: MetricsSink, out_dir: Path,
                    device: torch.device, step0: int, stop: StopRequest,
                    on_best: BestSink | None = None) -> dict[str, Any]:
-    """Fine-tune one model; pick the best dev epoch; score and save test predictions.
+    """Fine-tune one model on data["train"]; keep the last epoch (hp.select = final) or the
+    best on data["dev"] (dev); score and save the test predictions.
 
-    `on_best(model, out_dir)` gets the selected model (e.g. to save it under out_dir).
+    Writes predictions_seed<seed>.parquet (test), train_ids_seed<seed>.parquet (the training
+    rows, in file order) and, under `dev`, selection_predictions_seed<seed>.parquet.
+    `on_best(model, out_dir)` gets the kept model (e.g. to save it under out_dir).
     Raises StoppedError after the step during which `stop` was set (SIGINT / SIGTERM).
     """
     torch.manual_seed(seed)
@@ -233,8 +271,8 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     train = data["train"]
     steps_per_epoch = math.ceil(len(train) / hp.batch_size)
     total = hp.epochs * steps_per_epoch
-    warmup = round(hp.warmup_frac * total)
-    best: tuple[float, int, dict[str, torch.Tensor], np.ndarray] | None = None
+    warmup = warmup_steps(hp.warmup_frac, total)
+    best: tuple[tuple[bool, float, int], dict[str, torch.Tensor] | None, np.ndarray] | None = None
     history = []
     step, t0, seen = 0, time.perf_counter(), 0
     bar = progress(total=total, desc=f"{spec.name} seed {seed}", unit="step")
@@ -257,19 +295,22 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                 bar.close()
                 raise stop.stop(f"stopped at step {step} of seed {seed}; fine-tuning keeps "
                                 "nothing, re-run to start it again")
+        if hp.select != "dev":
+            continue
         dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
         dev_pred = head_predictions(spec, dev_out)
         dev = score_split(spec, data["dev"].labels, dev_pred, data["dev"].groups)
         history.append({"epoch": epoch + 1, **dev})
         on_metrics(step0 + step, {f"dev/{k}": v for k, v in dev.items()})
         log.info("%s seed %d epoch %d dev %s", spec.name, seed, epoch + 1, dev)
-        if best is None or dev[spec.metric] > best[0]:
+        key = selection_key(spec, dev, dev_pred, epoch + 1)
+        if best is None or key > best[0]:
             state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-            best = (dev[spec.metric], epoch + 1, state, dev_pred)
+            best = (key, state, dev_pred)
     bar.close()
     train_s = time.perf_counter() - t0
-    assert best is not None
-    model.load_state_dict(best[2])
+    if best is not None and best[1] is not None:
+        model.load_state_dict(best[1])
     if on_best is not None:
         on_best(model, out_dir)
     test = data["test"]
@@ -280,10 +321,15 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     scores = score_split(spec, test.labels, pred, test.groups)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
     _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
-    _write_predictions(out_dir / f"dev_predictions_seed{seed}.parquet", data["dev"], best[3])
-    return {"seed": seed, "scores": scores, "best_epoch": best[1], "dev_history": history,
-            "steps": step, "backend": backend_of(model), "train_examples_per_s": seen / train_s,
-            "eval_examples_per_s": len(test) / eval_s}
+    atomic.write_bytes(out_dir / f"train_ids_seed{seed}.parquet",
+                       pd.DataFrame({"id": train.ids}).to_parquet(index=False) or b"")
+    if best is not None:
+        _write_predictions(out_dir / f"selection_predictions_seed{seed}.parquet", data["dev"],
+                           best[2])
+    return {"seed": seed, "scores": scores, "kept_epoch": best[0][2] if best else hp.epochs,
+            "dev_history": history, "steps": step, "warmup_steps": warmup,
+            "n_train": len(train), "backend": backend_of(model),
+            "train_examples_per_s": seen / train_s, "eval_examples_per_s": len(test) / eval_s}
 
 
 def _write_predictions(path: Path, split: Encoded, pred: np.ndarray) -> None:
@@ -302,27 +348,36 @@ def n_choices(spec: TaskSpec, split: Encoded) -> np.ndarray:
 
 def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                   make_body: BodyFactory, out_dir: str | Path, on_metrics: MetricsSink,
-                  on_best: BestSink | None = None, device: torch.device | None = None
-                  ) -> dict[str, Any]:
-    """Fine-tune on data["train"] for every seed, select on data["dev"], score data["test"].
+                  on_best: BestSink | None = None, device: torch.device | None = None,
+                  train_sets: Mapping[int, Encoded] | None = None) -> dict[str, Any]:
+    """Fine-tune every seed, keep its last epoch or select on data["dev"] (hp.select), score
+    data["test"] (the same examples, in the same order, for every seed).
 
-    Returns the result (scores aggregated over seeds, per-seed details, sizes). `on_best` gets
-    the first seed's selected model; `device` defaults to runtime.device() (`auto`).
+    `train_sets`: seed -> that seed's training set (its own seeded subset of the pool); None =
+    data["train"] for every seed. Returns the result (scores aggregated over seeds, per-seed
+    details, sizes). `on_best` gets the first seed's kept model; `device` defaults to
+    runtime.device() (`auto`).
     """
     device = runtime.device() if device is None else device
+    if hp.select == "dev" and "dev" not in data:
+        raise ValueError("select: dev needs a dev split")
     runs: list[dict[str, Any]] = []
     # out_dir appears whole or not at all: a stopped or failed run leaves no seed's predictions.
     with stop_on_signals() as stop, atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for i, seed in enumerate(hp.seeds):
             steps_before = sum(r["steps"] for r in runs) + i
-            runs.append(train_one_seed(spec, hp, seed, data, make_body, on_metrics, tmp,
+            seed_data = {**data, "train": data["train"] if train_sets is None
+                         else train_sets[seed]}
+            runs.append(train_one_seed(spec, hp, seed, seed_data, make_body, on_metrics, tmp,
                                        device, steps_before, stop, on_best if i == 0 else None))
+    first_train = data["train"] if train_sets is None else train_sets[hp.seeds[0]]
     return {
         "scores": aggregate([r["scores"] for r in runs]),
-        "baselines": baselines(spec, data["train"].labels, data["test"].labels,
+        "baselines": baselines(spec, first_train.labels, data["test"].labels,
                                n_choices(spec, data["test"]), data["test"].groups),
         "seeds": runs, "backend": runs[0]["backend"],
-        "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_eval": len(data["test"]),
+        "n_train": runs[0]["n_train"], "n_dev": len(data["dev"]) if "dev" in data else 0,
+        "n_eval": len(data["test"]),
         "truncated": {s: data[s].n_truncated for s in data},
     }

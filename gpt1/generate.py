@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, help="default: generate.temperature")
     parser.add_argument("--top-k", type=int, help="default: generate.top_k (0 = no cut-off)")
     parser.add_argument("--seed", type=int, help="default: params seed")
-    parser.add_argument("--run-dir", help="pre-training run (default: paths.checkpoints)")
+    parser.add_argument("--run-dir", help="pre-training run (default: <paths.checkpoints>/p<first "
+                        "of pretrain.seeds>)")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
@@ -44,7 +45,10 @@ def run(args: argparse.Namespace, params: Params) -> None:
         bad = err.errors()[0]
         flag = "--" + str(bad["loc"][0]).replace("_", "-")
         raise Gpt1Error(f"{flag} {bad['input']!r}: {bad['msg']}") from None
-    model, tok = load_lm(args.run_dir or params.paths.checkpoints, params.paths.tokenizer)
+    from gpt1 import checkpoint
+
+    model, tok = load_lm(args.run_dir or checkpoint.pretrain_dir(params, "gpt"),
+                         params.paths.tokenizer)
     seed = params.seed if args.seed is None else args.seed
     print(generate(model, tok, args.prompt, cfg, seed))
 

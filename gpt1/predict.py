@@ -1,6 +1,7 @@
 """`gpt1 predict --task T TEXT...`: score text with a fine-tuned model (label + probabilities).
 
-The finetune stage saves the first seed's selected model in <paths.finetuned>/<task>/model
+The finetune stage saves the first seed's kept model in <paths.finetuned>/p<pre-training
+seed>/<task>/model
 (`save_task_model`: weights + model.json with the params, task and tokenizer hash, digest-
 checked like a pre-training run). Inputs take the task's own layout: TEXT is text_a (the
 sentence, premise or context), `--text-b` the second sentence or question, `--choices` the
@@ -44,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
     parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
-    parser.add_argument("--model-dir", help="default: <paths.finetuned>/<task>/model")
+    parser.add_argument("--model-dir", help="default: <paths.finetuned>/p<first of "
+                        "pretrain.seeds>/<task>/model")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace, params: Params) -> None:
     if args.model_dir is None and args.task not in params.finetune.tasks:
         raise Gpt1Error(f"--task: unknown task {args.task!r}; finetune.tasks = "
                         f"{list(params.finetune.tasks)}")
-    model_dir = args.model_dir or Path(params.paths.finetuned) / args.task / MODEL_DIR
+    model_dir = args.model_dir or (Path(params.paths.finetuned) / f"p{params.pretrain.seeds[0]}"
+                                   / args.task / MODEL_DIR)
     model, tok, spec, saved = load_task_model(model_dir, params.paths.tokenizer)
     if args.task is not None and args.task != spec.name:
         raise Gpt1Error(f"--task {args.task}: this model was fine-tuned on {spec.name}; pass "
@@ -87,11 +90,13 @@ def check_inputs(spec: TaskSpec, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
-                    kind: str, tok: Any) -> None:
-    """Write a fine-tuned TaskModel with what `load_task_model` needs to rebuild it."""
+                    kind: str, tok: Any, pretrain_seed: int | None = None) -> None:
+    """Write a fine-tuned TaskModel with what `load_task_model` needs to rebuild it (and the
+    pre-training run it came from)."""
 
     meta = {"kind": kind, "task": task, "vocab_size": tok.vocab_size,
-            "tokenizer_hash": tok.hash, "params": params.as_dict()}
+            "tokenizer_hash": tok.hash, "params": params.as_dict(),
+            **({} if pretrain_seed is None else {"pretrain_seed": pretrain_seed})}
     checkpoint.write_model(Path(out_dir), model, meta)
 
 

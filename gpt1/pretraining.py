@@ -79,11 +79,14 @@ def micro_batch_seed(seed: int, step: int, micro: int) -> int:
     return int.from_bytes(blob[:8], "little") >> 1
 
 
-def zero_shot_steps(total_steps: int, count: int) -> list[int]:
-    """`count` log-spaced update counts in [1, total_steps] (Figure 2 right), deduplicated."""
-    if count == 0:
-        return []
-    return sorted({int(round(s)) for s in np.geomspace(1, total_steps, count)})
+def zero_shot_steps(total_steps: int, count: int, warmup_steps: int = 0) -> list[int]:
+    """Figure 2 right: step 0 (the random init), then `count - 1` update counts log-spaced from
+    the end of warm-up (at least update 1) to total_steps, deduplicated."""
+    if count <= 1:
+        return [total_steps] * count
+    first = min(max(1, warmup_steps), total_steps)
+    spaced = np.geomspace(first, total_steps, count - 1) if count > 2 else [total_steps]
+    return [0, *sorted({int(round(s)) for s in spaced})]
 
 
 def total_steps_for(cfg: Any, windows_per_epoch: int) -> int:
@@ -226,7 +229,8 @@ class Checkpointer:
         self.optimizer, self.rank, self.world = optimizer, rank, world
         self.key, self.meta, self.params = key, meta, params
         self.batch_seqs = cfg.batch_seqs
-        self.zero_shot = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints))
+        self.zero_shot = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints,
+                                             cfg.warmup_steps))
 
     def due(self, done: int) -> bool:
         return done % self.every == 0 or done == self.total
@@ -303,6 +307,8 @@ def pretrain(
         checkpointer = Checkpointer(cfg, total_steps, run_dir, lm, optimizer, key, meta,
                                     params.as_dict(), rank, world)
         last: dict[str, float] = {}
+        if start == 0 and checkpointer.zero_shot_due(0):
+            checkpointer.save_zero_shot(0)  # the random init: Figure 2 right's first point
         for step in range(start, total_steps):
             meter.start_step(step)
             micro = [

@@ -59,28 +59,36 @@ def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
 
 
 def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: str,
-                    result: dict[str, Any], sample: dict[str, str], out_dir: Path
-                    ) -> dict[str, Any]:
+                    result: dict[str, Any], sample: dict[str, str], out_dir: Path,
+                    pretrain_seed: int) -> dict[str, Any]:
     """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
-    baselines, predictions (per-seed files it bootstraps), eval_split, scored_on, origins,
-    n_train, n_eval; plus provenance of splits, truncation and speed). `hp` = the run's resolved
-    fine-tuning hyperparameters (seeds, lm_coef), `sample` = split -> how it was sampled."""
+    baselines, predictions (per-seed files of the reported `test` split, which it bootstraps),
+    eval_split, scored_on, origins, n_train, n_eval, pretrain_seed, select, lr, warmup_steps;
+    plus provenance of splits, truncation and speed). `hp` = the run's resolved fine-tuning
+    hyperparameters (seeds, lm_coef, lr), `sample` = split -> how it was sampled. Under
+    `select: dev` the dev predictions are `selection_predictions`, never a reported split."""
     ft = params.finetune
+    files = {prefix: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
+                      for s in hp.seeds] for prefix in ("", "selection_")}
+    chosen = (f"epoch chosen on dev = {spec.sources['dev']}{sample['dev']} (never reported)"
+              if hp.select == "dev" else "last epoch scored (no selection)")
     return {
         "task": spec.name, "variant": variant, "metric": spec.metric,
         "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {split: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
-                                for s in hp.seeds]
-                        for split, prefix in (("test", ""), ("dev", "dev_"))},
-        "eval_split": (f"test = {spec.sources['test']}{sample['test']}; epoch selected on "
-                       f"dev = {spec.sources['dev']}{sample['dev']}"),
+        "predictions": {"test": files[""]},
+        **({"selection_predictions": files["selection_"]} if hp.select == "dev" else {}),
+        "train_ids": [str(Path(out_dir) / f"train_ids_seed{s}.parquet") for s in hp.seeds],
+        "eval_split": f"test = {spec.sources['test']}{sample['test']}; {chosen}",
         "scored_on": f"{spec.sources['test']}{sample['test']}", "origins": dict(spec.origins),
-        "missing_scores": spec.missing_scores, "train_split": spec.sources["train"],
+        "missing_scores": spec.missing_scores,
+        "train_split": f"{spec.sources['train']}{sample['train']}",
         "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
         "truncated": result["truncated"], "truncation": params.tasks.truncation,
         "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "backend": result["backend"],
         "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
-        "best_epoch": [r["best_epoch"] for r in result["seeds"]],
+        "pretrain_seed": pretrain_seed, "select": hp.select, "lr": hp.lr,
+        "warmup_steps": result["seeds"][0]["warmup_steps"],
+        "kept_epoch": [r["kept_epoch"] for r in result["seeds"]],
         "train_examples_per_s": round(sum(r["train_examples_per_s"]
                                           for r in result["seeds"]) / len(result["seeds"]), 1),
         "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
@@ -165,6 +173,16 @@ def layer_results(metrics: Metrics, task: str, k: int) -> dict[str, Any] | None:
     recs = [m for stem, m in sorted(metrics.items()) if stem.startswith("layers_")
             and m.get("task") == task and m.get("layers_transferred") == k and "scores" in m]
     return pool_runs(recs) if recs else None
+
+
+def first_run(metrics: Metrics, stem: str, **fields: Any) -> dict[str, Any] | None:
+    """The record `stem` of a single-run layout, else the record whose fields match `fields`
+    with the lowest pretrain_seed (one record per pre-training run); None without either."""
+    if stem in metrics:
+        return metrics[stem]
+    hits = sorted((m.get("pretrain_seed", 0), s) for s, m in metrics.items()
+                  if all(m.get(k) == v for k, v in fields.items()))
+    return metrics[hits[0][1]] if hits else None
 
 
 def split_origins(record: Mapping[str, Any]) -> dict[str, Origin]:

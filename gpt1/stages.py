@@ -8,7 +8,6 @@ and the Prefect flow.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -29,21 +28,25 @@ from gpt1 import (
     records,
     runtime,
     tracking,
+    zeroshot_stage,
 )
-from gpt1 import zeroshot as zs
 from gpt1.backends import backend_of
 from gpt1.config import Params, parse_params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
-from gpt1.finetune import body_factory, finetune_task, resolve_hparams
+from gpt1.finetune import (
+    body_factory,
+    finetune_task,
+    resolve_hparams,
+    selection_key,
+    train_subset_seed,
+)
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
-from gpt1.progress import progress
 from gpt1.report import document
-from gpt1.runtime import autocast_for, resolve_precision
-from gpt1.scoring import aggregate
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
+from gpt1.variants import ablation_params, layers_caps, override, pilot_lr
 
 log = logging.getLogger(__name__)
 
@@ -153,17 +156,32 @@ def shard_corpus(params: Params) -> dict[str, Any]:
     return metrics
 
 
-def pretrain(params: Params) -> dict[str, Any]:
+def resolve_pretrain_seed(params: Params, seed: int | None) -> int:
+    """The pre-training seed a stage runs for: `seed`, a value of pretrain.seeds (None = the
+    first)."""
+    if seed is None:
+        return params.pretrain.seeds[0]
+    if seed not in params.pretrain.seeds:
+        raise Gpt1Error(f"pre-training seed {seed} not in pretrain.seeds "
+                        f"{list(params.pretrain.seeds)}")
+    return seed
+
+
+def pretrain(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Pre-train the Transformer LM on the token shards (spec §1); resumes if interrupted."""
-    return _pretrain(params, "pretrain", "gpt", params.paths.checkpoints)
+    return _pretrain(params, "pretrain", "gpt", pretrain_seed)
 
 
-def pretrain_lstm(params: Params) -> dict[str, Any]:
+def pretrain_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Pre-train the LSTM LM baseline (Table 5 / Figure 2) with the same loop and data."""
-    return _pretrain(params, "pretrain_lstm", "lstm", params.paths.lstm_checkpoints)
+    return _pretrain(params, "pretrain_lstm", "lstm", pretrain_seed)
 
 
-def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, Any]:
+def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
+    seed = resolve_pretrain_seed(params, seed)
+    run_dir = str(checkpoint.pretrain_dir(params, kind, seed))
+    stage = f"{name}_p{seed}"
+    record_params, params = params, parse_params({**params.as_dict(), "seed": seed}, "<seed>")
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
@@ -172,18 +190,19 @@ def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, 
     flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
              if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
-            "backend": backend_of(model)}
+            "backend": backend_of(model), "pretrain_seed": seed}
     is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
-    run = tracking.start_run(stage, params) if is_rank0 else contextlib.nullcontext(None)
+    run = (tracking.start_run(stage, record_params) if is_rank0  # the user's params, logged
+           else contextlib.nullcontext(None))
     with run as on_metrics:
         metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
                                        flops, on_metrics or (lambda step, m: None))
         history = metrics.pop("history")
-        metrics["backend"] = meta["backend"]
+        metrics.update(backend=meta["backend"], pretrain_seed=seed, kind=kind)
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
             _log_model(params, run_dir, kind, None)
-            record(params, stage, metrics, ("val_loss", "val_ppl"), summary={})
+            record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={})
     return metrics
 
 
@@ -241,56 +260,71 @@ def task_truncation(params: Params, task: str) -> formats.Truncation:
     return formats.Truncation(params.model.n_positions, rule, params.tasks.truncate_keep)
 
 
-def finetune(params: Params, task: str) -> dict[str, Any]:
+def finetune(params: Params, task: str, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table)."""
-    return finetune_variant(params, task, "full", "gpt")
+    return finetune_variant(params, task, "full", "gpt", pretrain_seed)
 
 
-def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict[str, Any]:
-    """Fine-tune a `kind` body ("gpt" | "lstm") on `task`; the ablations reuse this with their
-    own params (e.g. finetune.lm_coef=0, init=scratch) and variant name. Writes predictions to
-    <paths.finetuned>[/<variant>]/<task> and the metrics JSON finetune[_<variant>]_<task>.json.
+def finetune_variant(params: Params, task: str, variant: str, kind: str,
+                     seed: int | None = None, out: str = "", stem: str = "",
+                     record_params: Params | None = None) -> dict[str, Any]:
+    """Fine-tune a `kind` body ("gpt" | "lstm") of pre-training run `seed` on `task`; the
+    ablations and Figure 2 left reuse this with their own params and variant name. Writes to
+    <paths.finetuned>/p<seed>/<out> (default <task> or <variant>/<task>) and the record
+    <stem>_p<seed> (default finetune[_<variant>]_<task>); record_params = the params whose
+    digest the record carries (default params).
+
+    Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
+    its own order; every seed and every pre-training run is scored on the same test examples.
     """
-    spec = _task_spec(params, task)
+    spec, seed = _task_spec(params, task), resolve_pretrain_seed(params, seed)
+    run_dir = checkpoint.pretrain_dir(params, kind, seed)
     if params.finetune.init == "pretrained":
-        checkpoint.check_model_shape(
-            params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints, params)
+        checkpoint.check_model_shape(run_dir, params)
     tok = bpe.load_bpe(params.paths.tokenizer)
     hp = resolve_hparams(params, task)
     tables = load.read_tables(Path(params.paths.tasks) / task)
-    limits = {"train": hp.max_train_examples, "dev": hp.max_eval_examples,
-              "test": hp.max_eval_examples}
-    capped = {s: load.cap_table(t, limits[s], hp.data_seed) for s, t in tables.items()}
+    splits = ("dev", "test") if hp.select == "dev" else ("test",)
+    capped = {s: load.cap_table(tables[s], hp.max_eval_examples, hp.data_seed) for s in splits}
+    trains = {f: load.cap_table(tables["train"], hp.max_train_examples,
+                                train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
     ft = params.finetune
-    pretrained = None
-    if ft.init == "pretrained":
-        run_dir = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
-        pretrained, _ = checkpoint.load_model(run_dir, tok.hash)
+    pretrained = checkpoint.load_model(run_dir, tok.hash)[0] if ft.init == "pretrained" else None
     make_body = body_factory(ft.init, ft.layers_transferred, pretrained,
                              lambda: networks.build_model(kind, params, tok.vocab_size),
                              n_special=len(params.bpe.special_tokens))
     tr = task_truncation(params, task)
     encode = formats.text_encoder(tok)
-    data = {s: formats.encode_table(t, spec, encode, formats.specials_of(tok), tr)
-            for s, t in capped.items()}
-    suffix = task if variant == "full" else f"{variant}_{task}"
-    out_dir = Path(params.paths.finetuned) / (task if variant == "full" else f"{variant}/{task}")
+
+    def encoded(table: pd.DataFrame) -> formats.Encoded:
+        return formats.encode_table(table, spec, encode, formats.specials_of(tok), tr)
+
+    data = {s: encoded(t) for s, t in capped.items()}
+    train_sets = {f: encoded(t) for f, t in trains.items()}
+    data["train"] = train_sets[hp.seeds[0]]
+    out = out or (task if variant == "full" else f"{variant}/{task}")
+    out_dir = Path(params.paths.finetuned) / f"p{seed}" / out
+    default = f"finetune_{task}" if variant == "full" else f"finetune_{variant}_{task}"
+    stem = f"{stem or default}_p{seed}"
+    n_train = len(trains[hp.seeds[0]])
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
                   if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
-              for s in tables}
+              for s in splits}
+    sample["train"] = (f" (seeded random {n_train} of {len(tables['train'])} per fine-tuning "
+                       "seed)" if n_train < len(tables["train"]) else f" (all {n_train})")
     model_dir = out_dir / predict.MODEL_DIR  # the `full` row only: what `gpt1 predict` uses
     save = (None if variant != "full" else lambda m, d: predict.save_task_model(
-        d / predict.MODEL_DIR, m, params, task, kind, tok))
-    with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
+        d / predict.MODEL_DIR, m, params, task, kind, tok, seed))
+    with tracking.start_run(stem, params) as on_metrics:
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save,
-                               runtime.device(params.device))
+                               runtime.device(params.device), train_sets)
         if save is not None:
             _log_model(params, model_dir, kind, spec)
         atomic.write_json(out_dir / "result.json", result)
         metrics = records.finetune_record(params, spec, hp, kind, variant, result, sample,
-                                           out_dir)
-        record(params, f"finetune_{suffix}", metrics, ("scores",), summary=metrics)
-    log.info("%s %s: %s = %.4f", variant, task, spec.metric,
+                                           out_dir, seed)
+        record(record_params or params, stem, metrics, ("scores",), summary=metrics)
+    log.info("%s %s p%d: %s = %.4f", variant, task, seed, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
 
@@ -298,142 +332,93 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
 # ------------------------------------- ablations, Figure 2 and the report
 
 
-def _override(params: Params, **sections: dict[str, Any]) -> Params:
-    """params with some keys of some sections replaced, validated again like a params file."""
-    raw = params.as_dict()
-    for section, values in sections.items():
-        raw[section] = {**raw[section], **values}
-    return parse_params(raw, "<override>")
-
-
-def ablation_params(params: Params, variant: str) -> Params:
-    """The finetune params of one Table 5 row (ablations.presets[variant])."""
-    preset = params.ablations.presets.get(variant)
-    if preset is None:
-        raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
-                        f"{list(params.ablations.presets)}")
-    lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
-    return _override(params, finetune={"init": preset.init, "lm_coef": lm_coef})
-
-
-def ablation(params: Params, task: str, variant: str) -> dict[str, Any]:
-    """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop)."""
+def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None
+             ) -> dict[str, Any]:
+    """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop), at
+    the lr its pilot chose where ablations.pilot tunes it."""
     if task not in params.ablations.tasks:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
-    variant_params = ablation_params(params, variant)  # an unknown variant: one line, listed
+    ablation_params(params, variant)  # an unknown variant: one line, listed
+    variant_params = ablation_params(params, variant, pilot_lr(params, variant, task))
     kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-    return finetune_variant(variant_params, task, variant, kind)
+    return finetune_variant(variant_params, task, variant, kind, pretrain_seed)
 
 
-def _layers_caps(params: Params, task: str) -> Params:
-    """params whose fine-tuning caps are the study's (layers.max_*), when it sets them."""
-    caps = {k: v for k, v in (("max_train_examples", params.layers.max_train_examples),
-                              ("max_eval_examples", params.layers.max_eval_examples))
-            if v is not None}
-    if not caps:
-        return params
-    overrides = params.as_dict()["finetune"]["overrides"]
-    if task in overrides:
-        overrides[task] = {**overrides[task], **dict.fromkeys(caps)}
-    return _override(params, finetune={**caps, "overrides": overrides})
+def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
+    """The lr pilot of a Table 5 baseline: every lr of ablations.pilot.lr_grid fine-tunes on
+    the training pool minus a carved dev split (seeded, ablations.pilot.dev_examples) and is
+    scored on that split; the best (degenerate predictors last, ties to the earlier lr) is the
+    ablation's lr. Runs on the first pre-training seed. No scored split is touched."""
+    cfg = params.ablations.pilot
+    if variant not in cfg.variants or task not in params.ablations.tasks:
+        raise Gpt1Error(f"{variant!r} / {task!r}: not in ablations.pilot.variants "
+                        f"{list(cfg.variants)} x ablations.tasks {list(params.ablations.tasks)}")
+    spec, seed = _task_spec(params, task), params.pretrain.seeds[0]
+    base = Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}"
+    pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
+    if len(pool) < 2 * cfg.dev_examples:
+        raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "
+                        f"ablations.pilot.dev_examples={cfg.dev_examples} from it")
+    train, dev = load.carve(pool, cfg.dev_examples, cfg.seed)
+    # the pilot's runs score (as their `test`) the carved dev split; they select nothing
+    load.write_tables({"train": train, "dev": dev, "test": dev}, base / "tables" / task)
+    keys, scores = {}, {}
+    for i, lr in enumerate(cfg.lr_grid):
+        run = ablation_params(params, variant, lr)
+        run = override(run, finetune={"seeds": [cfg.seed], "select": "final"},
+                        paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
+                               "finetuned": str(base / "runs")})
+        kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
+        m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}", stem=f"lr_{lr:g}")
+        pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
+        flat = {k: v["mean"] for k, v in m["scores"].items()}
+        scores[f"{lr:g}"] = flat[spec.metric]
+        keys[lr] = selection_key(spec, flat, pred, -i)
+    chosen = max(keys, key=keys.__getitem__)
+    metrics = {"variant": variant, "task": task, "metric": spec.metric,
+               "grid": list(cfg.lr_grid), "dev_scores": scores, "chosen_lr": chosen,
+               "dev_split": (f"{len(dev)} examples carved (seed {cfg.seed}) from the "
+                             f"{len(pool)}-example training pool ({spec.sources['train']}); "
+                             "trained on the rest, capped as the task's fine-tuning"),
+               "pretrain_seed": seed, "seed": cfg.seed}
+    _record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"))
+    return metrics
 
 
-def transfer_layers(params: Params, task: str, layers: int) -> dict[str, Any]:
-    """Figure 2 left: the finetune stage with the embeddings + first `layers` blocks transferred.
-
-    The selected epoch's dev accuracy, and its train accuracy on a seeded sample of the very
-    rows it was trained on (scored as the run's `test` split: tables derived in the run dir).
-    """
+def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None
+                    ) -> dict[str, Any]:
+    """Figure 2 left: the finetune stage with the embeddings + first `layers` blocks
+    transferred, scored like every fine-tune on the task's test split (disjoint from its
+    training rows and from the dev split that `select: dev` chooses on)."""
     if task not in params.layers.tasks or not 0 <= layers <= params.model.n_layer:
         raise Gpt1Error(f"{task!r} / {layers} layers: not in layers.tasks "
                         f"{list(params.layers.tasks)} or outside 0..{params.model.n_layer}")
-    study = _layers_caps(params, task)
-    spec, hp = _task_spec(params, task), resolve_hparams(study, task)
-    base = Path(params.paths.finetuned) / "layers" / f"{task}_{layers}"
-    tables = load.read_tables(Path(params.paths.tasks) / task)
-    train = load.cap_table(tables["train"], hp.max_train_examples, hp.data_seed)
-    load.write_tables({"train": train, "dev": tables["dev"],
-                       "test": load.cap_table(train, hp.max_eval_examples, hp.data_seed)},
-                      base / "tables" / task)
-    run = _override(study, finetune={"layers_transferred": layers, "init": "pretrained"},
-                    paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
-                           "finetuned": str(base)})
-    variant = f"layers_{layers}"
-    inner = finetune_variant(run, task, variant, "gpt")
-    result = json.loads((base / variant / task / "result.json").read_text(encoding="utf-8"))
-    dev = [{"dev_acc": s["dev_history"][s["best_epoch"] - 1][spec.metric]}
-           for s in result["seeds"]]
-    metrics = {
-        "task": task, "variant": variant, "layers_transferred": layers, "metric": spec.metric,
-        "scores": {**aggregate(dev), "train_acc": result["scores"][spec.metric]},
-        "eval_split": (f"dev = {spec.sources['dev']} (selected epoch); train = seeded sample "
-                       f"of {inner['n_eval']} of the {inner['n_train']} training rows"),
-        "n_train": inner["n_train"], "n_eval": inner["n_dev"], "seeds": inner["seeds"],
-        "predictions": {"dev": inner["predictions"]["dev"]},
-    }
-    records.write_metrics(params, f"layers_{task}_{layers}", metrics, ("scores",))
-    return metrics
+    run = override(layers_caps(params, task),
+                    finetune={"layers_transferred": layers, "init": "pretrained"})
+    return finetune_variant(run, task, f"layers_{layers}", "gpt", pretrain_seed,
+                            out=f"layers/{task}_{layers}", stem=f"layers_{task}_{layers}",
+                            record_params=params)
 
 
-def zeroshot(params: Params) -> dict[str, Any]:
+def zeroshot(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Figure 2 right: zero-shot heuristics on the Transformer's log-spaced checkpoints."""
-    return _zeroshot(params, "zeroshot", "transformer", params.paths.checkpoints)
+    return zeroshot_stage.run(params, "zeroshot", "gpt",
+                              resolve_pretrain_seed(params, pretrain_seed))
 
 
-def zeroshot_lstm(params: Params) -> dict[str, Any]:
+def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Figure 2 right: the same heuristics on the LSTM's checkpoints."""
-    return _zeroshot(params, "zeroshot_lstm", "lstm", params.paths.lstm_checkpoints)
-
-
-def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict[str, Any]:
-    checkpoint.check_model_shape(run_dir, params)
-    cfg = params.zeroshot
-    tok = bpe.load_bpe(params.paths.tokenizer)
-    tables = {t: load.read_tables(Path(params.paths.tasks) / t) for t in cfg.tasks if t != "dprd"}
-    dprd_file = Path(params.paths.mirror_dir or "") / "tasks" / "DPRD" / f"{cfg.dprd_split}.c.txt"
-    dprd = zs.read_dprd(dprd_file) if "dprd" in cfg.tasks else []
-    data, counts = zs.build_data(cfg, tables, dprd, formats.text_encoder(tok), params.seed)
-    steps = sorted(int(s) for s in checkpoint.read_model_meta(Path(run_dir))["zeroshot"])
-    device = runtime.device(params.device)
-    precision = resolve_precision(params.pretrain.precision, device)
-    n_ctx = params.model.n_positions
-    rows, frames = [], []
-    with tracking.start_run(stage, params) as on_metrics:
-        for step in progress(steps, desc=f"{stage} checkpoints", unit="ckpt"):
-            model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
-            scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
-                                    lambda: autocast_for(precision, device))
-            preds, threshold = zs.predict_tasks(scorer, data, n_ctx)
-            raw = zs.scores_of(preds, threshold)
-            frames += [pd.DataFrame({"step": step, "task": t, "example": range(len(y)),
-                                     "label": y, "prediction": p}) for t, (y, p) in preds.items()]
-            norm = {t: zs.normalise(raw[t], cfg.norm[t]) for t in cfg.tasks}
-            rows.append({"step": step, "scores": raw, "normalised": norm})
-            on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
-            log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
-    pred_path = Path(params.paths.finetuned) / "zeroshot" / f"{model_name}.parquet"
-    table = pd.concat(frames) if frames else pd.DataFrame(
-        columns=["step", "task", "example", "label", "prediction"])
-    atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
-    metrics = {
-        "model": model_name, "checkpoints": rows, "n_examples": counts,
-        "predictions": str(pred_path),
-        "eval_split": (f"canonical test splits of {', '.join(t for t in cfg.tasks if t != 'dprd')}"
-                       f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
-                       f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
-        "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
-        "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
-        "backend": backend_of(model),
-    }
-    records.write_metrics(params, stage, metrics, ("final",))
-    return metrics
+    return zeroshot_stage.run(params, "zeroshot_lstm", "lstm",
+                              resolve_pretrain_seed(params, pretrain_seed))
 
 
 def report(params: Params) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
     metrics = records.read_metrics(params.paths.metrics)
-    expected = {f"finetune_{v}_{t}": ablation_params(params, v).digest()
-                for v in params.ablations.presets for t in params.ablations.tasks}
+    expected = {f"finetune_{v}_{t}_p{p}": ablation_params(
+                    params, v, lr=metrics.get(f"lr_pilot_{v}_{t}", {}).get("chosen_lr")).digest()
+                for v in params.ablations.presets for t in params.ablations.tasks
+                for p in params.pretrain.seeds}
     paths = document.write_outputs(params, metrics, expected)
     with tracking.start_run("report", params):
         for path in paths.values():

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.config import Params
-from gpt1.records import Metrics, split_origins, variant_results
+from gpt1.records import Metrics, first_run, split_origins, variant_results
 from gpt1.report.figure2 import (
     MODEL_LABELS,
     baseline_lines,
@@ -104,8 +104,8 @@ def _provenance(params: Params, metrics: Metrics) -> list[str]:
     if dl:
         lines.append(f"- Pre-training corpus: source `{dl.get('source')}`, {dl.get('files')} "
                      f"files, {dl.get('bytes')} bytes (BooksCorpus stand-in).")
-    for stage in ("pretrain", "pretrain_lstm"):
-        m = metrics.get(stage)
+    for stage, kind in (("pretrain", "gpt"), ("pretrain_lstm", "lstm")):
+        m = first_run(metrics, stage, kind=kind)
         if m:
             keys = ", ".join(f"{k} {m[k]:.4g}" if isinstance(m[k], float) else f"{k} {m[k]}"
                              for k in ("steps", "tokens", "val_ppl", "val_loss") if k in m)
@@ -167,7 +167,7 @@ def _split_kind(task: str) -> str:
 
 def banner(params: Params, metrics: Metrics) -> list[str]:
     """Preset, model size, pre-training tokens and validation perplexity, data substitutions."""
-    m, pre = params.model, metrics.get("pretrain", {})
+    m, pre = params.model, first_run(metrics, "pretrain", kind="gpt") or {}
     vocab = metrics.get("train_bpe", {}).get("vocab_size")
     size = (f"{m.n_layer} layers x {m.n_embd} wide, {m.n_head} heads, context {m.n_positions}"
             + (f", {_parameters(params, int(vocab)) / 1e6:.1f} M parameters" if vocab else ""))

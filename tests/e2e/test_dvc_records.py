@@ -1,7 +1,7 @@
 """Records and the model in use, end to end through DVC on a tiny preset.
 
 A copy of the repo with a tiny generated mirror, committed to git, runs `dvc repro
-finetune@sst2` with MLflow on. Then: one `dvc repro` parent run with the stages nested under
+finetune@sst2-1234` with MLflow on. Then: one `dvc repro` parent run with the stages nested under
 it, each tagged with the git commit and carrying only its own params sections; the registered
 pre-trained and fine-tuned MLflow models load with `mlflow.pyfunc.load_model` and score text;
 `gpt1 generate` and `gpt1 predict` work in the repo; Data Docs exist for the corpus and every
@@ -26,12 +26,12 @@ from test_load import write_mirror  # noqa: E402
 
 pytestmark = pytest.mark.slow
 STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",
-          "pretrain", "prepare_task@sst2", "finetune@sst2"]
+          "pretrain@1234", "prepare_task@sst2", "finetune@sst2-1234"]
 OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},
                 "check_corpus": {"checks"}, "train_bpe": {"bpe"},
-                "shard_corpus": {"seed", "shard"}, "pretrain": {"seed", "model", "pretrain"},
+                "shard_corpus": {"seed", "shard"}, "pretrain@1234": {"seed", "model", "pretrain"},
                 "prepare_task@sst2": {"tasks"},
-                "finetune@sst2": {"seed", "finetune", "tasks", "model", "pretrain"}}
+                "finetune@sst2-1234": {"seed", "finetune", "tasks", "model", "pretrain"}}
 
 
 def _stdout(args: list[str], repo: Path) -> str:
@@ -62,7 +62,7 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "tiny preset"], repo)
     commit = _run(["git", "rev-parse", "HEAD"], repo).strip()
-    out = _run(["dvc", "repro", "finetune@sst2"], repo)
+    out = _run(["dvc", "repro", "finetune@sst2-1234"], repo)
     assert all(f"Running stage '{s}'" in out for s in STAGES)
 
     # one parent for the invocation, every stage nested, tagged, with its own params only.

@@ -203,7 +203,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
     os.environ.update({"PREFECT_HOME": str(home),  # this process reads the API below
                        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"})
     serve = f"{readme['serve']} --no-ui --prefect-port {port}"
-    run_dir = repo / params["paths"]["checkpoints"]
+    run_dir = repo / params["paths"]["checkpoints"] / "p1234"  # pre-training seed 1234
     started: set[int] = set()
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed pytest still stops the stack
     try:
@@ -228,7 +228,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
         tasks = read_task_runs(flow_run_id)
         assert set(tasks) <= set(lock), "every stage the flow ran is recorded in dvc.lock"
-        assert {"pretrain", *(f"finetune@{t}" for t in TASKS)} <= set(tasks)
+        assert {"pretrain@1234", *(f"finetune@{t}-1234" for t in TASKS)} <= set(tasks)
         assert all(t.state.is_completed() for t in tasks.values())
         settled = [t for t in tasks if t != "scan_mirror"]  # always_changed: runs every time
         status = run([str(BIN / "dvc"), "status", *settled], repo, env, timeout=120)
@@ -259,13 +259,13 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         # finished stages were skipped; pre-training resumed from its checkpoint
         dvc_said = {name: r.data.tags["gpt1.dvc"] for name, r in children.items()}
         assert {dvc_said[s] for s in DATA_STAGES} == {"unchanged"}, dvc_said
-        assert dvc_said["pretrain"] == "ran"
-        losses = client.get_metric_history(children["pretrain"].info.run_id, "loss")
+        assert dvc_said["pretrain@1234"] == "ran"
+        losses = client.get_metric_history(children["pretrain@1234"].info.run_id, "loss")
         assert losses and min(m.step for m in losses) > killed_at, "pre-training restarted at 0"
         assert (run_dir / "model.safetensors").exists()
 
         # the two fine-tunes ran at the same time (max_parallel_stages = 2)
-        a, b = (tasks[f"finetune@{t}"] for t in TASKS)
+        a, b = (tasks[f"finetune@{t}-1234"] for t in TASKS)
         assert a.start_time < b.end_time and b.start_time < a.end_time, (
             f"no overlap: {a.start_time}-{a.end_time} vs {b.start_time}-{b.end_time}")
 

@@ -34,10 +34,10 @@ def _table(task: str, n: int, rng: random.Random) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _pretrained(params, kind: str, run_dir: str, tok) -> None:
+def _pretrained(params, kind: str, run_dir: Path, tok) -> None:
     """A 'pre-trained' run dir as the pretrain stage leaves it: final + zero-shot weights."""
     model = networks.build_model(kind, params, tok.vocab_size)
-    for step in (1, 4, 16):
+    for step in (0, 4, 16):
         checkpoint.save_weights(checkpoint.zeroshot_path(Path(run_dir), step), model)
     checkpoint.write_model(Path(run_dir), model, {
         "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
@@ -48,7 +48,7 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     params = make_params({
         "finetune": {"tasks": ["rte", "mnli", "race", "cola", "sst2"], "seeds": [0],
                      "max_train_examples": 12, "max_eval_examples": 8},
-        "ablations": {"tasks": ["rte"]},
+        "ablations": {"tasks": ["rte"], "pilot": {"dev_examples": 6}},
         "layers": {"tasks": ["mnli"], "layers_transferred": [0, 1, 2],
                    "max_train_examples": 10, "max_eval_examples": 6},
         "zeroshot": {"max_examples": 8},
@@ -58,8 +58,8 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     rng = random.Random(0)
     tok = bpe.train_bpe([_sentence(rng, 30) for _ in range(50)], params.bpe,
                         params.paths.tokenizer)
-    _pretrained(params, "gpt", params.paths.checkpoints, tok)
-    _pretrained(params, "lstm", params.paths.lstm_checkpoints, tok)
+    _pretrained(params, "gpt", checkpoint.pretrain_dir(params, "gpt"), tok)
+    _pretrained(params, "lstm", checkpoint.pretrain_dir(params, "lstm"), tok)
     for task in params.finetune.tasks:
         write_tables({s: _table(task, 16, rng) for s in ("train", "dev", "test")},
                      Path(params.paths.tasks) / task)
@@ -70,6 +70,8 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
                     "The dog,the cat\nThe dog\n")
 
     stages.finetune(params, "rte")
+    for variant in params.ablations.pilot.variants:
+        stages.lr_pilot(params, "rte", variant)
     for variant in params.ablations.variants:
         stages.ablation(params, "rte", variant)
     for k in params.layers.layers_transferred:
@@ -80,14 +82,15 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
 
     metrics = Path(params.paths.metrics)
     records = read_metrics(metrics)  # each metrics file merged with its sidecar
-    lstm = records["finetune_lstm_rte"]
+    lstm = records["finetune_lstm_rte_p1234"]
     assert (lstm["variant"], lstm["body"], lstm["init"]) == ("lstm", "lstm", "pretrained")
-    no_aux = records["finetune_no_aux_rte"]
+    no_aux = records["finetune_no_aux_rte_p1234"]
     assert no_aux["lm_coef"] == 0.0
-    layers = records["layers_mnli_2"]
-    assert set(layers["scores"]) == {"dev_acc", "train_acc"} and layers["n_train"] == 10
-    zs = records["zeroshot_lstm"]
-    assert [c["step"] for c in zs["checkpoints"]] == [1, 4, 16]
+    layers = records["layers_mnli_2_p1234"]
+    assert layers["metric"] in layers["scores"] and layers["n_train"] == 10
+    assert layers["layers_transferred"] == 2 and set(layers["predictions"]) == {"test"}
+    zs = records["zeroshot_lstm_p1234"]
+    assert [c["step"] for c in zs["checkpoints"]] == zs["steps"] == [0, 4, 16]
     assert zs["n_examples"]["dprd"] == 2
 
     text = Path(out["outputs"]["report"]).read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt1 import stages
+from gpt1 import stages, variants
 from gpt1.__main__ import STAGE_ARGS, STAGES, build_parser
 from gpt1.errors import Gpt1Error
 
@@ -38,14 +38,36 @@ def test_cli_takes_variant_and_layers() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["ablation", "--task", "rte"])
     assert set(STAGE_ARGS) <= set(STAGES)
+    args = build_parser().parse_args(["finetune", "--task", "rte", "--pretrain-seed", "7"])
+    assert args.pretrain_seed == 7
+    assert build_parser().parse_args(["zeroshot"]).pretrain_seed is None  # the first seed
+    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--variant", "lstm"])
+    assert (args.task, args.variant) == ("rte", "lstm")
+
+
+def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
+    assert stages.resolve_pretrain_seed(tiny_params, None) == tiny_params.pretrain.seeds[0]
+    for stage in (lambda: stages.finetune(tiny_params, "rte", 7),
+                  lambda: stages.zeroshot(tiny_params, 7)):
+        with pytest.raises(Gpt1Error, match=r"pre-training seed 7 not in pretrain.seeds \[1234\]"):
+            stage()
+    with pytest.raises(Gpt1Error, match="not in ablations.pilot.variants"):
+        stages.lr_pilot(tiny_params, "sst2", "no_aux")
 
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    for name in ("ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
+    for name in ("lr_pilot", "ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
         assert name in STAGES and name in dvc
-    assert set(dvc["ablation"]["matrix"]) == {"variant", "task"}
+    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
     assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
+    assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
+    for name in ("finetune", "ablation", "transfer_layers"):  # per pre-training seed
+        assert dvc[name]["matrix"]["pseed"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item.pseed}" in dvc[name]["cmd"]
+    for name in ("pretrain", "pretrain_lstm", "zeroshot", "zeroshot_lstm"):
+        assert dvc[name]["foreach"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item}" in dvc[name]["do"]["cmd"]
     assert "--layers ${item.layers}" in dvc["transfer_layers"]["cmd"]
     assert "${paths.metrics}" in dvc["report"]["deps"]  # report reruns after any stage
 
@@ -59,10 +81,10 @@ def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
     params = make_params({"layers": {"max_train_examples": 7, "max_eval_examples": None},
                           "finetune": {"overrides": {"mnli": {"max_train_examples": 99,
                                                               "lr": 1e-3}}}})
-    study = stages._layers_caps(params, "mnli")
+    study = variants.layers_caps(params, "mnli")
     assert study.finetune.max_train_examples == 7
     assert study.finetune.max_eval_examples == params.finetune.max_eval_examples
     assert study.finetune.overrides["mnli"].max_train_examples is None
     assert study.finetune.overrides["mnli"].lr == 1e-3
     off = make_params({"layers": {"max_train_examples": None, "max_eval_examples": None}})
-    assert stages._layers_caps(off, "mnli") == off
+    assert variants.layers_caps(off, "mnli") == off

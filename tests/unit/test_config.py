@@ -73,6 +73,9 @@ def test_missing_key_named() -> None:
         ("model", "n_head", 3, "model.n_head"),
         ("pretrain", "micro_batch_seqs", 7, "pretrain.micro_batch_seqs"),
         ("shard", "val_frac", 1.0, "shard.val_frac"),
+        ("pretrain", "seeds", [], "pretrain.seeds"),
+        ("pretrain", "seeds", [7, 7], "pretrain.seeds"),
+        ("finetune", "select", "best", "finetune.select"),
     ],
 )
 def test_bad_values_named(section: str, key: str, value: object, needle: str) -> None:
@@ -82,6 +85,21 @@ def test_bad_values_named(section: str, key: str, value: object, needle: str) ->
         parse_params(raw, "p.yaml")
     assert needle in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("pilot", "needle"), [
+    ({"lr_grid": [1e-4]}, "ablations.pilot.lr_grid"),
+    ({"lr_grid": [1e-4, -1.0]}, "ablations.pilot.lr_grid"),
+    ({"variants": []}, "ablations.pilot.variants"),
+    ({"variants": ["bogus"]}, "not in ablations.presets"),
+    ({"dev_examples": 0}, "ablations.pilot.dev_examples"),
+])
+def test_bad_lr_pilot_named(pilot: dict[str, object], needle: str) -> None:
+    raw = _raw()
+    raw["ablations"]["pilot"].update(pilot)
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw, "p.yaml")
+    assert needle in str(info.value) and "\n" not in str(info.value)
 
 
 def test_float_exponent_without_dot(tmp_path: Path) -> None:
@@ -141,7 +159,7 @@ def _cli_finetune(tmp_path: Path, pattern: str, replacement: str
 
 
 def test_cli_empty_seed_list_exits_2_before_any_output(tmp_path: Path) -> None:
-    proc = _cli_finetune(tmp_path, r"seeds: \[[^\]]*\]", "seeds: []")
+    proc = _cli_finetune(tmp_path, r"seeds: \[0[^\]]*\]", "seeds: []")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == ("gpt1 finetune: error: params.yaml: finetune.seeds: must "
                                    "list at least one value, got []")

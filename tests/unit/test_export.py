@@ -57,9 +57,9 @@ def test_trained_checkpoint_matches_transformers_via_cli(tmp_path):
     params_file, params = _prepare(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
     stages.pretrain(params)
     out = tmp_path / "hf"
-    assert main(["--params", str(params_file), "export-hf", params.paths.checkpoints,
-                 str(out)]) == 0
-    model, meta = checkpoint.load_model(params.paths.checkpoints, None)
+    run_dir = checkpoint.pretrain_dir(params, "gpt")
+    assert main(["--params", str(params_file), "export-hf", str(run_dir), str(out)]) == 0
+    model, meta = checkpoint.load_model(run_dir, None)
     idx = torch.randint(0, meta["vocab_size"], (2, params.pretrain.seq_len))
     diff = (_our_logits(model, idx) - _hf_logits(out, idx)).abs().max().item()
     assert diff <= 1e-4, diff
@@ -109,10 +109,11 @@ def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
     tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
     body = _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     task_model = TaskModel(body, TASKS["sst2"], 0.1, 0.02)
-    save_task_model(tmp_path / "ft", task_model, params, "sst2", "gpt", tok)
+    save_task_model(tmp_path / "ft", task_model, params, "sst2", "gpt", tok, 7)
     metrics = tmp_path / "metrics"
     metrics.mkdir()
-    (metrics / "finetune_sst2.json").write_text('{"scores": {"acc": {"mean": 0.61}}}')
+    (metrics / "finetune_sst2.json").write_text('{"scores": {"acc": {"mean": 0.5}}}')
+    (metrics / "finetune_sst2_p7.json").write_text('{"scores": {"acc": {"mean": 0.61}}}')
     export_hf(tmp_path / "ft", tmp_path / "hf", tmp_path / "tok", metrics)
     idx = torch.randint(0, tok.vocab_size, (2, params.model.n_positions))
     diff = (_our_logits(body, idx) - _hf_logits(tmp_path / "hf", idx)).abs().max().item()

@@ -50,9 +50,9 @@ def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     _, ref = _prepare(tmp_path, "ref", SHORT)
     stages.pretrain(ref)
     params_file, run = _prepare(tmp_path, "stopped", SHORT)
-    run_dir = Path(run.paths.checkpoints)
+    run_dir = checkpoint.pretrain_dir(run, "gpt")
     proc = _cli(params_file, "pretrain")
-    first = run_dir / checkpoint.ZEROSHOT_DIR / "step_00000001.safetensors"
+    first = run_dir / checkpoint.ZEROSHOT_DIR / "step_00000004.safetensors"  # end of warm-up
     deadline = time.monotonic() + 120
     while not first.exists():  # a few steps done
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
@@ -67,7 +67,7 @@ def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     assert checkpoint.latest_checkpoint(run_dir).name == f"step_{step:08d}"
     rerun = _cli(params_file, "pretrain")
     assert rerun.wait(timeout=180) == 0, rerun.stderr.read()
-    ref_dir = Path(ref.paths.checkpoints)
+    ref_dir = checkpoint.pretrain_dir(ref, "gpt")
     for name in (checkpoint.MODEL_FILE, "zeroshot/step_00000032.safetensors"):
         assert (run_dir / name).read_bytes() == (ref_dir / name).read_bytes()
 
@@ -170,8 +170,8 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
     assert not out.exists() and not list(out.parent.glob(".*"))
     finetune_task(TASKS["sst2"], hp, data, make_body, out, lambda step, m: None)
     assert sorted(p.name for p in out.iterdir()) == [
-        "dev_predictions_seed0.parquet", "dev_predictions_seed1.parquet",
-        "predictions_seed0.parquet", "predictions_seed1.parquet"]
+        "predictions_seed0.parquet", "predictions_seed1.parquet",
+        "train_ids_seed0.parquet", "train_ids_seed1.parquet"]
 
 
 def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):

@@ -167,17 +167,22 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
     texts = [" ".join(pd.read_parquet(tables / "train.parquet")["text_a"])] * 3
     bpe.train_bpe(standardize_texts(texts), params.bpe, params.paths.tokenizer)
     metrics = stages.finetune(params, "mrpc")
-    assert json.loads((tmp_path / "reports/metrics/finetune_mrpc.json").read_text()) == {
+    assert json.loads((tmp_path / "reports/metrics/finetune_mrpc_p1234.json").read_text()) == {
         "scores": metrics["scores"]}  # scores only; the rest is in the sidecar
-    saved = read_metrics(tmp_path / "reports/metrics")["finetune_mrpc"]
+    saved = read_metrics(tmp_path / "reports/metrics")["finetune_mrpc_p1234"]
+    assert saved["pretrain_seed"] == 1234 and saved["select"] == "final"
+    assert saved["lr"] == params.finetune.lr and saved["warmup_steps"] == 1  # 0.2 % rounds to 0
+    assert saved["kept_epoch"] == [2, 2] and set(saved["predictions"]) == {"test"}
     assert saved["task"] == "mrpc" and saved["variant"] == "full" and saved["metric"] == "f1"
     assert set(saved["scores"]) == {"f1", "acc"} and len(saved["scores"]["f1"]["per_seed"]) == 2
     assert 0.0 <= saved["scores"]["acc"]["mean"] <= 1.0
     assert saved["n_train"] == 24 and saved["n_eval"] == 12 and saved["config_hash"]
-    assert "seeded random 12 of 40" in saved["eval_split"] and "carved" in saved["eval_split"]
+    assert "seeded random 12 of 40" in saved["eval_split"]
+    assert "last epoch scored (no selection)" in saved["eval_split"]
+    assert "seeded random 24 of 36 per fine-tuning seed" in saved["train_split"]
     assert metrics["scores"] == saved["scores"]
     assert saved["backend"] == "cpu_fused"  # model.backend: auto, on CPU with a C compiler
-    preds = pd.read_parquet(tmp_path / "data/finetuned/mrpc/predictions_seed1.parquet")
+    preds = pd.read_parquet(tmp_path / "data/finetuned/p1234/mrpc/predictions_seed1.parquet")
     assert len(preds) == 12 and set(preds.columns) == {"id", "group", "label", "prediction"}
 
 

@@ -76,8 +76,10 @@ def test_pretrain_learns_and_writes_outputs(make_params, tmp_path):
     assert any("tokens_per_s" in m and "flops_per_s" in m and "lr" in m for _, m in seen)
     model, meta = checkpoint.load_model(tmp_path / "run", "h" * 64)
     assert meta["step"] == metrics["steps"] == 100
-    assert sorted(int(s) for s in meta["zeroshot"]) == zero_shot_steps(100, 3) == [1, 10, 100]
-    early, _ = checkpoint.load_model(tmp_path / "run", "h" * 64, step=10)
+    assert sorted(int(s) for s in meta["zeroshot"]) == zero_shot_steps(100, 3, 4) == [0, 4, 100]
+    assert zero_shot_steps(1464, 5, 100) == [0, 100, 245, 598, 1464]  # log-spaced after warm-up
+    assert zero_shot_steps(10, 2) == [0, 10] and zero_shot_steps(10, 0) == []
+    early, _ = checkpoint.load_model(tmp_path / "run", "h" * 64, step=4)
     name = "h.0.ln_1.weight"
     assert not torch.equal(early.state_dict()[name], model.state_dict()[name])
 

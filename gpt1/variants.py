@@ -1,0 +1,59 @@
+"""The params of each fine-tuning variant: a Table 5 row (with the lr its pilot chose) and the
+caps of Figure 2 left, as validated params (the stages run the one fine-tuning loop on them)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpt1 import records
+from gpt1.config import Params, parse_params
+from gpt1.errors import Gpt1Error
+
+
+def override(params: Params, **sections: dict[str, Any]) -> Params:
+    """params with some keys of some sections replaced, validated again like a params file."""
+    raw = params.as_dict()
+    for section, values in sections.items():
+        raw[section] = {**raw[section], **values}
+    return parse_params(raw, "<override>")
+
+
+def ablation_params(params: Params, variant: str, lr: float | None = None) -> Params:
+    """The finetune params of one Table 5 row (ablations.presets[variant]); `lr` replaces
+    finetune.lr and any per-task lr (the lr its pilot chose)."""
+    preset = params.ablations.presets.get(variant)
+    if preset is None:
+        raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
+                        f"{list(params.ablations.presets)}")
+    lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
+    values: dict[str, Any] = {"init": preset.init, "lm_coef": lm_coef}
+    if lr is not None:
+        overrides = params.as_dict()["finetune"]["overrides"]
+        values.update(lr=lr, overrides={t: {**o, "lr": None} for t, o in overrides.items()})
+    return override(params, finetune=values)
+
+
+def pilot_lr(params: Params, variant: str, task: str) -> float | None:
+    """The lr the pilot chose for `variant` on `task` (its record lr_pilot_<variant>_<task>);
+    None for a variant the pilot does not tune."""
+    if variant not in params.ablations.pilot.variants:
+        return None
+    path = records.record_paths(params.paths.metrics, f"lr_pilot_{variant}_{task}")[0]
+    if not path.is_file():
+        raise Gpt1Error(f"no lr pilot record for {variant} on {task}: run "
+                        f"`dvc repro lr_pilot@{variant}-{task}` first", path)
+    return float(json.loads(path.read_text(encoding="utf-8"))["chosen_lr"])
+
+
+def layers_caps(params: Params, task: str) -> Params:
+    """params whose fine-tuning caps are the study's (layers.max_*), when it sets them."""
+    caps = {k: v for k, v in (("max_train_examples", params.layers.max_train_examples),
+                              ("max_eval_examples", params.layers.max_eval_examples))
+            if v is not None}
+    if not caps:
+        return params
+    overrides = params.as_dict()["finetune"]["overrides"]
+    if task in overrides:
+        overrides[task] = {**overrides[task], **dict.fromkeys(caps)}
+    return override(params, finetune={**caps, "overrides": overrides})

@@ -1,0 +1,72 @@
+"""Figure 2 right as a stage: the zero-shot heuristics (gpt1.zeroshot) over every kept
+checkpoint of one pre-training run, with per-example predictions and the stage record."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpt1 import atomic, bpe, checkpoint, records, runtime, tracking
+from gpt1 import zeroshot as zs
+from gpt1.backends import backend_of
+from gpt1.config import Params
+from gpt1.progress import progress
+from gpt1.runtime import autocast_for, resolve_precision
+from gpt1.tasks import formats, load
+
+log = logging.getLogger(__name__)
+
+MODEL_NAMES = {"gpt": "transformer", "lstm": "lstm"}
+"""LM kind -> its name in the records and prediction files."""
+
+
+def run(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
+    """Score every kept checkpoint of pre-training run `seed` of `kind` ("gpt" | "lstm");
+    writes <paths.finetuned>/p<seed>/zeroshot/<model>.parquet and the record <name>_p<seed>.
+    Every checkpoint and run is scored on the same examples (seeded by params.seed)."""
+    run_dir = checkpoint.pretrain_dir(params, kind, seed)
+    stage, model_name = f"{name}_p{seed}", MODEL_NAMES[kind]
+    checkpoint.check_model_shape(run_dir, params)
+    cfg = params.zeroshot
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    tables = {t: load.read_tables(Path(params.paths.tasks) / t) for t in cfg.tasks if t != "dprd"}
+    dprd_file = Path(params.paths.mirror_dir or "") / "tasks" / "DPRD" / f"{cfg.dprd_split}.c.txt"
+    dprd = zs.read_dprd(dprd_file) if "dprd" in cfg.tasks else []
+    data, counts = zs.build_data(cfg, tables, dprd, formats.text_encoder(tok), params.seed)
+    steps = sorted(int(s) for s in checkpoint.read_model_meta(run_dir)["zeroshot"])
+    device = runtime.device(params.device)
+    precision = resolve_precision(params.pretrain.precision, device)
+    n_ctx = params.model.n_positions
+    rows, frames = [], []
+    with tracking.start_run(stage, params) as on_metrics:
+        for step in progress(steps, desc=f"{stage} checkpoints", unit="ckpt"):
+            model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
+            scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,
+                                    lambda: autocast_for(precision, device))
+            preds, threshold = zs.predict_tasks(scorer, data, n_ctx)
+            raw = zs.scores_of(preds, threshold)
+            frames += [pd.DataFrame({"step": step, "task": t, "example": range(len(y)),
+                                     "label": y, "prediction": p}) for t, (y, p) in preds.items()]
+            norm = {t: zs.normalise(raw[t], cfg.norm[t]) for t in cfg.tasks}
+            rows.append({"step": step, "scores": raw, "normalised": norm})
+            on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
+            log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
+    pred_path = Path(params.paths.finetuned) / f"p{seed}" / "zeroshot" / f"{model_name}.parquet"
+    table = pd.concat(frames) if frames else pd.DataFrame(
+        columns=["step", "task", "example", "label", "prediction"])
+    atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
+    metrics = {
+        "model": model_name, "pretrain_seed": seed, "steps": steps, "checkpoints": rows,
+        "n_examples": counts, "predictions": str(pred_path),
+        "eval_split": (f"canonical test splits of {', '.join(t for t in cfg.tasks if t != 'dprd')}"
+                       f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
+                       f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
+        "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
+        "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
+        "backend": backend_of(model),
+    }
+    records.write_metrics(params, stage, metrics, ("final",))
+    return metrics

@@ -1,0 +1,113 @@
+"""No reported score comes from a split that chose anything: a tiny run of every fine-tuning
+stage (finetune, the lr pilot, ablations, layers transferred) with `select: dev`, then the
+example ids of the scored, selection and training rows read back from the files they wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpt1 import bpe, checkpoint, networks, stages
+from gpt1.config import parse_params
+from gpt1.data.clean import standardize_texts
+from gpt1.finetune import selection_key, warmup_steps
+from gpt1.records import read_metrics
+from gpt1.tasks.registry import TASKS
+
+
+def _ids(path: str | Path) -> list[str]:
+    return pd.read_parquet(path)["id"].tolist()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory):
+    from test_load import write_mirror
+
+    from tests.conftest import make_params_dict
+
+    tmp_path = tmp_path_factory.mktemp("selection")
+    write_mirror(tmp_path / "mirror", rows=40)
+    params = parse_params(make_params_dict(tmp_path, {
+        "finetune": {"epochs": 2, "seeds": [0, 1], "max_train_examples": 20,
+                     "max_eval_examples": None, "select": "dev"},
+        "ablations": {"tasks": ["sst2"], "variants": ["scratch", "lstm"],
+                      "pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
+                                "dev_examples": 8, "seed": 0}},
+        "layers": {"tasks": ["sst2"], "max_train_examples": None, "max_eval_examples": None},
+        "tasks": {"dev_examples": {"story_cloze": 6}}, "bpe": {"n_merges": 20}}), "tiny")
+    stages.prepare_task(params, "sst2")
+    train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
+    tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
+                        params.paths.tokenizer)
+    for kind in ("gpt", "lstm"):  # stand-ins for the pre-trained LMs of pre-training seed 1234
+        model = networks.build_model(kind, params, tok.vocab_size)
+        checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
+            "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+            "params": params.as_dict(), "step": 0})
+    stages.finetune(params, "sst2")
+    stages.lr_pilot(params, "sst2", "scratch")
+    stages.ablation(params, "sst2", "scratch")
+    stages.ablation(params, "sst2", "lstm")
+    stages.transfer_layers(params, "sst2", 1)
+    return params, read_metrics(params.paths.metrics)
+
+
+def test_scored_ids_are_never_selection_or_training_ids(tiny_run) -> None:
+    params, metrics = tiny_run
+    runs = ["finetune_sst2_p1234", "finetune_scratch_sst2_p1234", "finetune_lstm_sst2_p1234",
+            "layers_sst2_1_p1234"]
+    scored_lists = []
+    for stem in runs:
+        m = metrics[stem]
+        assert m["select"] == "dev" and m["pretrain_seed"] == 1234 and m["seeds"] == [0, 1]
+        assert set(m["predictions"]) == {"test"}  # the selection split is never reported
+        trains = []
+        for i in range(2):
+            scored = _ids(m["predictions"]["test"][i])
+            chose = set(_ids(m["selection_predictions"][i]))
+            trained = set(_ids(m["train_ids"][i]))
+            assert chose and trained and len(scored) == m["n_eval"]
+            assert not set(scored) & chose, stem
+            assert not set(scored) & trained, stem
+            assert not chose & trained, stem
+            scored_lists.append(scored)
+            trains.append(sorted(trained))
+        assert trains[0] != trains[1]  # fine-tuning seed f draws its own training subset
+    assert all(s == scored_lists[0] for s in scored_lists)  # same examples, same order
+    assert metrics["layers_sst2_1_p1234"]["layers_transferred"] == 1
+
+
+def test_the_lr_pilot_chooses_on_training_rows_only(tiny_run) -> None:
+    params, metrics = tiny_run
+    pilot = metrics["lr_pilot_scratch_sst2"]
+    assert pilot["grid"] == [1e-4, 1e-3] and set(pilot["dev_scores"]) == {"0.0001", "0.001"}
+    assert pilot["chosen_lr"] in pilot["grid"]
+    assert metrics["finetune_scratch_sst2_p1234"]["lr"] == pilot["chosen_lr"]
+    assert metrics["finetune_lstm_sst2_p1234"]["lr"] == params.finetune.lr  # not piloted
+    pool = set(_ids(Path(params.paths.tasks) / "sst2" / "train.parquet"))
+    scored = set(_ids(metrics["finetune_sst2_p1234"]["predictions"]["test"][0]))
+    runs = sorted((Path(params.paths.finetuned) / "lr_pilot" / "scratch_sst2").glob(
+        "runs/p1234/lr_*"))
+    assert len(runs) == 2
+    for run in runs:
+        dev = set(_ids(run / "predictions_seed0.parquet"))
+        trained = set(_ids(run / "train_ids_seed0.parquet"))
+        assert len(dev) == 8 and dev <= pool and trained <= pool
+        assert not dev & trained and not dev & scored
+
+
+def test_selection_never_prefers_a_constant_predictor_or_an_earlier_tie() -> None:
+    mrpc, sst2 = TASKS["mrpc"], TASKS["sst2"]
+    constant, mixed = np.ones(20, dtype=int), np.array([0, 1] * 10)
+    # always-positive: F1 0.8 beats the learner's 0.7, but it is degenerate and F1 is not used
+    assert selection_key(mrpc, {"f1": 0.8, "acc": 0.67}, constant, 1) < selection_key(
+        mrpc, {"f1": 0.7, "acc": 0.6}, mixed, 2)
+    assert selection_key(mrpc, {"f1": 0.9, "acc": 0.6}, mixed, 1) < selection_key(
+        mrpc, {"f1": 0.7, "acc": 0.7}, mixed, 2)  # F1 tasks are selected on accuracy
+    assert selection_key(sst2, {"acc": 0.6}, mixed, 1) < selection_key(
+        sst2, {"acc": 0.6}, mixed, 3)  # a tie goes to the later epoch
+    assert warmup_steps(0.002, 189) == 1 and warmup_steps(0.0, 189) == 0
+    assert warmup_steps(0.1, 189) == 19
