@@ -280,3 +280,39 @@ def import_hf(source: str | Path, out_dir: str | Path, params: Params) -> Path:
             (tmp / "run" / name).rename(tmp / name)
         (tmp / "run").rmdir()
     return Path(out_dir)
+
+
+# ------------------------------------------------------------------ the pipeline's import
+
+
+def scan(source: str | None) -> dict[str, Any]:
+    """What DVC tracks of params `pretrain.import_hf` (the scan_mirror stage writes it): the
+    sha256 of each file an import reads, or no source."""
+    if source is None:
+        return {"source": None}
+    return {"source": source, "files": fingerprint(resolve(source))}
+
+
+def _checked_source(params: Params) -> tuple[Path, dict[str, Any]]:
+    """The checkpoint params `pretrain.import_hf` names, checked against params."""
+    if params.pretrain.import_hf is None:
+        raise ValueError("pretrain.import_hf is not set")
+    src = resolve(params.pretrain.import_hf)
+    cfg = read_config(src)
+    read_weights(src, cfg)
+    _, merges = read_tokenizer(src, cfg["vocab_size"], params.bpe.special_tokens)
+    check_params_match(params, cfg, len(merges), src)
+    return src, cfg
+
+
+def import_tokenizer(params: Params) -> Any:
+    """train_bpe under `pretrain.import_hf`: the checkpoint's tokenizer at paths.tokenizer."""
+    src, _ = _checked_source(params)
+    return write_tokenizer(src, params, params.paths.tokenizer)
+
+
+def import_run(params: Params, tok: Any) -> dict[str, Any]:
+    """pretrain under `pretrain.import_hf`: the checkpoint's weights at paths.checkpoints, for
+    the tokenizer train_bpe converted (`tok`); returns model.json's body."""
+    src, _ = _checked_source(params)
+    return write_run(src, params, params.paths.checkpoints, tok)

@@ -23,6 +23,7 @@ from gpt1 import (
     atomic,
     bpe,
     checkpoint,
+    hf_stages,
     networks,
     predict,
     pretraining,
@@ -75,6 +76,7 @@ def scan_mirror(params: Params) -> dict[str, int]:
     folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
                                  params.paths.mirror_scan)
+    hf_stages.scan(params)  # and the checkpoint pretrain.import_hf names (gpt1/hf_stages.py)
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
 
@@ -123,6 +125,8 @@ def check_corpus(params: Params) -> dict[str, Any]:
 
 def train_bpe(params: Params) -> dict[str, Any]:
     """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
+    if params.pretrain.import_hf is not None:  # convert the checkpoint's (gpt1/hf_stages.py)
+        return hf_stages.train_bpe(params, _record)
     texts = _read_corpus(params)["text"].tolist()
     start = time.perf_counter()
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
@@ -164,6 +168,8 @@ def pretrain_lstm(params: Params) -> dict[str, Any]:
 
 
 def _pretrain(params: Params, stage: str, kind: str, run_dir: str) -> dict[str, Any]:
+    if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stages.py)
+        return hf_stages.pretrain(params, stage, kind, record)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
@@ -386,6 +392,8 @@ def zeroshot_lstm(params: Params) -> dict[str, Any]:
 
 
 def _zeroshot(params: Params, stage: str, model_name: str, run_dir: str) -> dict[str, Any]:
+    if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
+        return hf_stages.not_run(params, stage, _record, zeroshot_model=model_name)
     checkpoint.check_model_shape(run_dir, params)
     cfg = params.zeroshot
     tok = bpe.load_bpe(params.paths.tokenizer)
