@@ -28,14 +28,19 @@ def to_hf(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+BUFFERS = (".attn.bias", ".attn.masked_bias", "position_ids")
+"""Buffers older transformers versions saved with the weights (causal mask, position ids)."""
+
+
 def from_hf(hf_state: dict[str, Any]) -> dict[str, Any]:
     """OpenAIGPT(LMHead)Model's state dict (with or without the `transformer.` prefix) -> ours.
 
-    The tied head (`lm_head.weight`) is dropped: our output layer is the token embedding.
+    The tied head (`lm_head.weight`) is dropped: our output layer is the token embedding; so
+    are the BUFFERS an older checkpoint may hold.
     """
     out = {}
     for name, tensor in hf_state.items():
-        if name == HEAD:
+        if name == HEAD or name.endswith(BUFFERS):
             continue
         ours = name.removeprefix(PREFIX)
         out[ours] = layout(ours, tensor)

@@ -100,6 +100,21 @@ def test_import_matches_transformers_and_round_trips(make_params, tmp_path, hf_d
     assert torch.equal(again.tokens_embed.weight, model.tokens_embed.weight)
 
 
+def test_bare_names_and_old_buffers_import_the_same(make_params, tmp_path, hf_dir):
+    """A checkpoint saved from OpenAIGPTModel (no `transformer.` prefix) by an older
+    transformers (its causal-mask buffers saved too) gives the same run."""
+    from safetensors.torch import load_file, save_file
+
+    assert _import(make_params, tmp_path, hf_dir, tmp_path / "run") == 0
+    state = {k.removeprefix("transformer."): v
+             for k, v in load_file(hf_dir / "model.safetensors").items()}
+    state["h.0.attn.bias"] = torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32)
+    save_file(state, hf_dir / "model.safetensors")
+    assert _import(make_params, tmp_path, hf_dir, tmp_path / "bare") == 0
+    assert (tmp_path / "bare" / "model.safetensors").read_bytes() == (
+        tmp_path / "run" / "model.safetensors").read_bytes()
+
+
 def test_tokenizer_gives_the_release_ids(make_params, tmp_path, hf_dir):
     assert _import(make_params, tmp_path, hf_dir, tmp_path / "run") == 0
     ours = bpe.load_bpe(tmp_path / "run" / "tokenizer")
