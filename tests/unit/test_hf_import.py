@@ -123,6 +123,8 @@ def test_tokenizer_gives_the_release_ids(make_params, tmp_path, hf_dir):
     ids = ours.encode_batch([standardize_text(PARAGRAPH)])[0]
     assert ids == _release_ids(hf_tok, PARAGRAPH)
     assert len(ids) > 40 and max(ids) < ours.vocab_size - 3
+    assert "ç" not in json.loads((hf_dir / "vocab.json").read_text())  # unknown: id 0, as the
+    assert ours.encode_batch(["ç"])[0] == [0]                          # release encodes it
     # transformers' own fallback (BERT's BasicTokenizer) differs: it splits "don't" into
     # "don ' t" and strips accents; we follow the original release (docs/import-hf.md)
     backend = hf_tok.backend_tokenizer
@@ -193,3 +195,20 @@ def test_out_dir_holding_files_is_refused(make_params, tmp_path, hf_dir, capsys)
     assert _import(make_params, tmp_path, hf_dir, out) == 2
     assert "folder is not empty" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
+
+
+def test_pipeline_import_refuses_params_of_another_shape(make_params, tmp_path, hf_dir):
+    """Under pretrain.import_hf the preset must describe the checkpoint: a mismatch stops
+    train_bpe before it writes, naming the key to set."""
+    from gpt1 import hf_stages
+    from gpt1.errors import Gpt1Error
+
+    n_merges = len((hf_dir / "merges.txt").read_text().splitlines()) - 1
+    params = make_params({"pretrain": {"import_hf": str(hf_dir)},
+                          "bpe": {"n_merges": n_merges}, "model": {"n_layer": 3}})
+    with pytest.raises(Gpt1Error, match=r"params model\.n_layer is 3, the checkpoint has 2"):
+        hf_stages.train_bpe(params, lambda *a, **k: None)
+    assert not Path(params.paths.tokenizer).exists()
+    ok = make_params({"pretrain": {"import_hf": str(hf_dir)}, "bpe": {"n_merges": n_merges}})
+    vocab = json.loads((hf_dir / "vocab.json").read_text())
+    assert hf_stages.train_bpe(ok, lambda *a, **k: None)["vocab_size"] == len(vocab) + 3
