@@ -77,16 +77,31 @@ def _download(name: str) -> Path:
     from huggingface_hub import constants
     from transformers.utils import cached_file
 
+    offline = constants.HF_HUB_OFFLINE or not _reachable(constants.ENDPOINT)
     try:
-        paths = [Path(str(cached_file(name, f))) for f in FILES]
+        paths = [Path(str(cached_file(name, f, local_files_only=offline))) for f in FILES]
     except Exception as err:  # transformers wraps every hub failure in OSError / its own
-        why = ("offline mode is on (HF_HUB_OFFLINE=1) and it is not in the cache"
-               if constants.HF_HUB_OFFLINE else
+        cause = ("offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else
+                 "there is no network (the hub host does not resolve)")
+        why = (f"{cause} and transformers' cache does not hold it" if offline else
                f"the hub could not serve it ({str(err).strip().splitlines()[0][:160]})")
         raise Gpt1Error(f"not a local directory, and a hub download failed: {why}; download "
                         "it where there is network (docs/import-hf.md) and pass its directory",
                         name) from None
-    return paths[0].parent
+    return paths[0].parent  # transformers' cache: one snapshot folder
+
+
+def _reachable(endpoint: str) -> bool:
+    """Whether the hub's host name resolves: without network, fail at once, not after
+    huggingface_hub's retries (each a log line)."""
+    import socket
+    from urllib.parse import urlparse
+
+    try:
+        socket.getaddrinfo(urlparse(endpoint).hostname or endpoint, 443)
+    except OSError:
+        return False
+    return True
 
 
 def _read_json(path: Path) -> Any:

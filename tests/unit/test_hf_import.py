@@ -187,6 +187,24 @@ def test_hub_name_offline_stops_in_one_line(make_params, tmp_path, capsys, monke
     assert line.startswith("gpt1 import-hf: error: openai-gpt:")
 
 
+def test_hub_name_without_network_stops_at_once_in_one_line(make_params, tmp_path, capsys,
+                                                           monkeypatch):
+    """No HF_HUB_OFFLINE but no network: one line at once, not huggingface_hub's retries."""
+    import socket
+
+    from huggingface_hub import constants
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    _one_line_refusal(capsys, _import(make_params, tmp_path, "openai-community/openai-gpt", out),
+                      "there is no network", out)
+
+
 def test_out_dir_holding_files_is_refused(make_params, tmp_path, hf_dir, capsys):
     out = tmp_path / "out"
     out.mkdir()
