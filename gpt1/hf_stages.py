@@ -69,7 +69,7 @@ def pretrain(params: Params, stage: str, kind: str, record: Record) -> dict[str,
         val = pretraining.validation_loss(
             pretraining.CausalLM(model.to(device)), windows, cfg.micro_batch_seqs,
             resolve_precision(cfg.precision, device), 0, 1)
-        metrics = {**val, "steps": 0, "tokens": 0, "backend": meta["backend"],
+        metrics = {**val, "backend": meta["backend"],
                    "imported_from": meta["imported_from"]}
         atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", [{"step": 0, **val}])
         record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val)
