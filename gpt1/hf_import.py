@@ -275,7 +275,7 @@ def write_run(src: Path, params: Params, run_dir: str | Path, tok: Any) -> dict[
     with atomic.atomic_path(run_dir) as tmp:
         tmp.mkdir()
         checkpoint.write_model(tmp, model, meta)
-    log.info("imported %s -> %s (%d layers x %d, vocab %d + %d special tokens)", src, run_dir,
+    log.info("imported %s (%d layers x %d, vocab %d + %d special tokens)", src,
              cfg["n_layer"], cfg["n_embd"], len(vocab), n_special)
     return meta
 
@@ -294,6 +294,7 @@ def import_hf(source: str | Path, out_dir: str | Path, params: Params) -> Path:
         for name in ("model.safetensors", "model.json"):
             (tmp / "run" / name).rename(tmp / name)
         (tmp / "run").rmdir()
+    log.info("wrote %s (model.safetensors, model.json, %s/)", out_dir, TOKENIZER_DIR)
     return Path(out_dir)
 
 
