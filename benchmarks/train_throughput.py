@@ -41,7 +41,7 @@ from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
 from gpt1.backends import apply_backend  # noqa: E402
 from gpt1.config import load_params  # noqa: E402
-from gpt1.export import hf_state_dict  # noqa: E402
+from gpt1.hf_weights import to_hf  # noqa: E402
 from gpt1.model import GPT, flops_per_token  # noqa: E402
 from gpt1.optim import build_optimizer, lr_at, param_groups  # noqa: E402
 from gpt1.pretraining import CausalLM  # noqa: E402
@@ -88,7 +88,7 @@ def make_models(params_path: str, shape: dict[str, int], vocab: int
         attn_pdrop=cfg.attn_pdrop, layer_norm_epsilon=cfg.layer_norm_epsilon,
     )
     theirs = OpenAIGPTLMHeadModel(hf_cfg)
-    theirs.load_state_dict(hf_state_dict(ours.state_dict()))
+    theirs.load_state_dict(to_hf(ours.state_dict()))
     return ours, theirs
 
 

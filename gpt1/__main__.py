@@ -73,6 +73,7 @@ tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
 TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
+                         "import-hf": "gpt1.hf_import",
                          "generate": "gpt1.generate", "predict": "gpt1.predict",
                          "relog": "gpt1.tracking.relog", "verdicts": "gpt1.report.verdicts"}
 

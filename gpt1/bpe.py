@@ -37,8 +37,10 @@ def _bare(model: models.BPE, cfg: BpeCfg) -> Tokenizer:
     return tok
 
 
-def _build(vocab: dict[str, int], merges: list[tuple[str, str]], cfg: BpeCfg) -> Tokenizer:
-    tok = _bare(models.BPE(vocab, merges, end_of_word_suffix=cfg.end_of_word_suffix), cfg)
+def _build(vocab: dict[str, int], merges: list[tuple[str, str]], cfg: BpeCfg,
+           unk_token: str | None = None) -> Tokenizer:
+    tok = _bare(models.BPE(vocab, merges, end_of_word_suffix=cfg.end_of_word_suffix,
+                           unk_token=unk_token), cfg)
     tok.decoder = decoders.BPEDecoder(suffix=cfg.end_of_word_suffix)
     tok.add_special_tokens(list(cfg.special_tokens))
     return tok
@@ -101,12 +103,22 @@ def train_bpe(texts: Sequence[str], cfg: BpeCfg, out_dir: str | Path) -> Bpe:
     if not texts:
         raise Gpt1Error("no documents to train BPE on")
     vocab, merges = learn_merges(texts, cfg)
-    tok = _build(vocab, merges, cfg)
+    return write_bpe(vocab, merges, cfg, out_dir)
+
+
+def write_bpe(vocab: dict[str, int], merges: list[tuple[str, str]], cfg: BpeCfg,
+              out_dir: str | Path, unk_token: str | None = None,
+              about: dict[str, Any] | None = None) -> Bpe:
+    """Write the tokenizer of `vocab` + `merges` (the special tokens appended after them) to
+    out_dir/tokenizer.json + bpe.json atomically. `unk_token`: the token an unknown symbol
+    becomes (None: it is dropped); `about` joins bpe.json (e.g. where an import came from)."""
+    tok = _build(vocab, merges, cfg, unk_token)
     meta = {
         "n_merges": len(merges),
         "n_base_symbols": len(vocab) - len(set(a + b for a, b in merges)),
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "special_tokens": list(cfg.special_tokens),
+        **(about or {}),
     }
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir()

@@ -252,6 +252,10 @@ class PretrainCfg(Section):
     seeds: IdTuple
     """Pre-training seeds: one pre-training run (DVC stage pretrain@<seed>, pretrain_lstm@<seed>)
     per seed, and every fine-tuning / zero-shot stage runs once per seed (demo and paper: one)."""
+    import_hf: str | None
+    """null: pre-train on the token shards. A transformers OpenAIGPTLMHeadModel directory (the
+    released GPT-1 weights; or a hub name, fetched when online): train_bpe converts its
+    tokenizer and pretrain its weights instead (gpt1/hf_stages.py, docs/import-hf.md)."""
 
     @model_validator(mode="after")
     def _one_budget(self) -> PretrainCfg:
@@ -507,7 +511,7 @@ class ReportCfg(Section):
     """Resolution of reports/figure2.png."""
     paper_figure2: dict[str, str]
     """What the paper's Figure 2 panels show (`left`, `right`), quoted beside ours."""
-    preset: Literal["demo", "study", "paper"]
+    preset: Literal["demo", "study", "paper", "paper-finetune"]
     """Which preset the params file is, named in the report's banner."""
     bootstrap_samples: Annotated[int, Field(ge=100)]
     """Resamples of the eval examples behind every 95 % CI (percentile bootstrap)."""

@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic
+from gpt1 import atomic, hf_weights
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 
@@ -36,7 +36,6 @@ EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", TO
                 "vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json",
                 "README.md", *HEAD_FILES)
 """Every file an export may write: with --overwrite, only these are replaced in OUT_DIR."""
-_CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,16 +97,6 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
-    """Our GPT state dict -> OpenAIGPTLMHeadModel's (prefix, Conv1D transposes, tied head)."""
-    out = {}
-    for name, tensor in state.items():
-        value = tensor.t().contiguous() if name.endswith(_CONV1D) else tensor
-        out[f"transformer.{name}"] = value
-    out["lm_head.weight"] = state["tokens_embed.weight"]
-    return out
 
 
 def _check_exportable(meta: dict[str, Any], cfg: Any) -> None:
@@ -190,7 +179,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
         architectures=["OpenAIGPTLMHeadModel"],
     )
     hf = OpenAIGPTLMHeadModel(hf_cfg)
-    result = hf.load_state_dict(hf_state_dict(model.state_dict()), strict=False)
+    result = hf.load_state_dict(hf_weights.to_hf(model.state_dict()), strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise Gpt1Error(f"weights do not map onto OpenAIGPT: missing {result.missing_keys[:3]}, "
                         f"unexpected {result.unexpected_keys[:3]}", run_dir)

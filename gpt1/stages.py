@@ -22,6 +22,7 @@ from gpt1 import (
     atomic,
     bpe,
     checkpoint,
+    hf_stages,
     networks,
     predict,
     pretraining,
@@ -78,6 +79,7 @@ def scan_mirror(params: Params) -> dict[str, int]:
     folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
                                  params.paths.mirror_scan)
+    hf_stages.scan(params)  # and the checkpoint pretrain.import_hf names (gpt1/hf_stages.py)
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
 
@@ -126,6 +128,8 @@ def check_corpus(params: Params) -> dict[str, Any]:
 
 def train_bpe(params: Params) -> dict[str, Any]:
     """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
+    if params.pretrain.import_hf is not None:  # convert the checkpoint's (gpt1/hf_stages.py)
+        return hf_stages.train_bpe(params, _record)
     texts = _read_corpus(params)["text"].tolist()
     start = time.perf_counter()
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
@@ -181,6 +185,8 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
     seed = resolve_pretrain_seed(params, seed)
     run_dir = str(checkpoint.pretrain_dir(params, kind, seed))
     stage = f"{name}_p{seed}"
+    if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stages.py)
+        return hf_stages.pretrain(params, stage, kind, Path(run_dir), record)
     record_params, params = params, parse_params({**params.as_dict(), "seed": seed}, "<seed>")
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
@@ -402,14 +408,20 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
 
 def zeroshot(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Figure 2 right: zero-shot heuristics on the Transformer's log-spaced checkpoints."""
-    return zeroshot_stage.run(params, "zeroshot", "gpt",
-                              resolve_pretrain_seed(params, pretrain_seed))
+    return _zeroshot(params, "zeroshot", "gpt", pretrain_seed)
 
 
 def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Figure 2 right: the same heuristics on the LSTM's checkpoints."""
-    return zeroshot_stage.run(params, "zeroshot_lstm", "lstm",
-                              resolve_pretrain_seed(params, pretrain_seed))
+    return _zeroshot(params, "zeroshot_lstm", "lstm", pretrain_seed)
+
+
+def _zeroshot(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
+    seed = resolve_pretrain_seed(params, seed)
+    if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
+        return hf_stages.not_run(params, f"{name}_p{seed}", _record,
+                                 zeroshot_file=zeroshot_stage.predictions_path(params, kind, seed))
+    return zeroshot_stage.run(params, name, kind, seed)
 
 
 def report(params: Params) -> dict[str, Any]:

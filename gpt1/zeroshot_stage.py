@@ -23,6 +23,11 @@ MODEL_NAMES = {"gpt": "transformer", "lstm": "lstm"}
 """LM kind -> its name in the records and prediction files."""
 
 
+def predictions_path(params: Params, kind: str, seed: int) -> Path:
+    """Where the stage of pre-training run `seed` of `kind` writes its per-example predictions."""
+    return Path(params.paths.finetuned) / f"p{seed}" / "zeroshot" / f"{MODEL_NAMES[kind]}.parquet"
+
+
 def run(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
     """Score every kept checkpoint of pre-training run `seed` of `kind` ("gpt" | "lstm");
     writes <paths.finetuned>/p<seed>/zeroshot/<model>.parquet and the record <name>_p<seed>.
@@ -54,7 +59,7 @@ def run(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
             rows.append({"step": step, "scores": raw, "normalised": norm})
             on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
             log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
-    pred_path = Path(params.paths.finetuned) / f"p{seed}" / "zeroshot" / f"{model_name}.parquet"
+    pred_path = predictions_path(params, kind, seed)
     table = pd.concat(frames) if frames else pd.DataFrame(
         columns=["step", "task", "example", "label", "prediction"])
     atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")

@@ -79,6 +79,9 @@ def preset_text(root: Path, preset: Path) -> str:
             where = (root / value).resolve()
             if not where.is_relative_to(root.resolve()):
                 raw["paths"][key] = str(where)
+    hf = raw["pretrain"].get("import_hf")  # a downloaded checkpoint (git-ignored): read in place
+    if isinstance(hf, str) and not os.path.isabs(hf) and (root / hf).is_dir():
+        raw["pretrain"]["import_hf"] = str((root / hf).resolve())
     head = f"# {preset.relative_to(root)} as run by the Prefect flow (pipelines/workcopy.py)\n"
     return head + yaml.safe_dump(raw, sort_keys=False)
 

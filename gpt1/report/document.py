@@ -183,10 +183,16 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
     cap = ("all training examples" if ft.max_train_examples is None else
            f"training sets sampled to at most {ft.max_train_examples:,} examples per task "
            f"(seeded; per-task caps: {over or 'none'})")
+    src = (pre.get("imported_from") or {}).get("source")  # pretrain.import_hf (hf_stages.py)
+    pretraining, books = ((f"OpenAI's released weights imported from `{src}` (gpt1 import-hf; "
+                           f"not pre-trained here), validation perplexity {ppl} on our "
+                           "held-out books", "none for pre-training (the release's BooksCorpus)")
+                          if src else (f"{tokens} tokens, validation perplexity {ppl}",
+                                       "Project Gutenberg books for BooksCorpus"))
     return [
-        f"> **Preset: {params.report.preset}.** Model: {size}. Pre-training: {tokens} tokens, "
-        f"validation perplexity {ppl}. Seeds: {', '.join(map(str, ft.seeds))}.",
-        f"> Data substitutions: Project Gutenberg books for BooksCorpus; {cap}; reported "
+        f"> **Preset: {params.report.preset}.** Model: {size}. Pre-training: {pretraining}. "
+        f"Seeds: {', '.join(map(str, ft.seeds))}.",
+        f"> Data substitutions: {books}; {cap}; reported "
         "splits: " + "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in sorted(kinds.items()))
         + ".", ""]
 
@@ -251,6 +257,8 @@ REGENERATE = {
     "demo": "dvc repro",
     "study": "cp configs/cpu-study.yaml params.yaml && dvc exp run -n study",
     "paper": "cp configs/paper.yaml params.yaml && dvc exp run -n paper",
+    "paper-finetune": "cp configs/paper-finetune.yaml params.yaml && dvc exp run -n "
+                      "paper-finetune",
 }
 
 

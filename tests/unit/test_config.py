@@ -44,7 +44,7 @@ def test_every_preset_has_the_demo_keys() -> None:
                 out |= keys(v, prefix + k + ".")
         return out
     demo = keys(_raw())
-    for name in ("cpu-study.yaml", "paper.yaml"):
+    for name in ("cpu-study.yaml", "paper.yaml", "paper-finetune.yaml"):
         other = keys(yaml.safe_load((REPO / "configs" / name).read_text()))
         assert other == demo, (name, sorted(other ^ demo))
 
