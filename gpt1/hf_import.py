@@ -328,7 +328,7 @@ def import_tokenizer(params: Params) -> Any:
 
 
 def import_run(params: Params, tok: Any, run_dir: str | Path) -> dict[str, Any]:
-    """pretrain under `pretrain.import_hf`: the checkpoint's weights in run_dir (its seed's run), for
+    """pretrain under `pretrain.import_hf`: the checkpoint's weights in run_dir, for
     the tokenizer train_bpe converted (`tok`); returns model.json's body."""
     src, _ = _checked_source(params)
     return write_run(src, params, run_dir, tok)

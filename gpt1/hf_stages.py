@@ -51,7 +51,7 @@ def train_bpe(params: Params, record: Record) -> dict[str, Any]:
     return metrics
 
 
-def pretrain(params: Params, stage: str, kind: str, run_dir: Path, record: Record
+def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path, record: Record
              ) -> dict[str, Any]:
     """The pretrain stage's import into `run_dir` (its record: validation loss on our held-out
     books); the LSTM's pre-training does not run (`not_run`)."""
@@ -70,8 +70,8 @@ def pretrain(params: Params, stage: str, kind: str, run_dir: Path, record: Recor
         val = pretraining.validation_loss(
             pretraining.CausalLM(model.to(device)), windows, cfg.micro_batch_seqs,
             resolve_precision(cfg.precision, device), 0, 1)
-        metrics = {**val, "backend": meta["backend"],
-                   "imported_from": meta["imported_from"]}
+        metrics = {**val, "backend": meta["backend"], "imported_from": meta["imported_from"],
+                   "kind": kind, "pretrain_seed": seed}
         atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", [{"step": 0, **val}])
         record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val)
     log.info("%s: imported %s, validation perplexity %.2f on our held-out books", stage,

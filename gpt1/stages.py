@@ -186,7 +186,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
     run_dir = str(checkpoint.pretrain_dir(params, kind, seed))
     stage = f"{name}_p{seed}"
     if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stages.py)
-        return hf_stages.pretrain(params, stage, kind, Path(run_dir), record)
+        return hf_stages.pretrain(params, stage, kind, seed, Path(run_dir), record)
     record_params, params = params, parse_params({**params.as_dict(), "seed": seed}, "<seed>")
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)

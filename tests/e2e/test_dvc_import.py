@@ -62,20 +62,22 @@ def test_dvc_repro_of_the_import_preset(tmp_path: Path) -> None:
     _run(["git", "add", "-A"], repo)
     _run(["git", "commit", "-qm", "tiny paper-finetune preset"], repo)
     out = _run(["dvc", "repro"], repo)
-    for stage in ("train_bpe", "pretrain", "finetune@sst2", "ablation@no_aux-sst2", "report"):
+    for stage in ("train_bpe", "pretrain@1234", "finetune@sst2-1234", "ablation@no_aux-sst2-1234",
+                  "report"):
         assert f"Running stage '{stage}'" in out, stage
     assert "transfer_layers" not in out and "ablation@scratch" not in out  # left out
 
     metrics = repo / "reports" / "metrics"
-    pre = json.loads((metrics / "pretrain.info.json").read_text())
+    pre = json.loads((metrics / "pretrain_p1234.info.json").read_text())
     assert pre["imported_from"]["source"] == "models/openai-gpt"
-    assert json.loads((metrics / "pretrain.json").read_text())["val_ppl"] > 1
-    model = json.loads((repo / "data" / "pretrain" / "transformer" / "model.json").read_text())
+    assert json.loads((metrics / "pretrain_p1234.json").read_text())["val_ppl"] > 1
+    run_dir = repo / "data" / "pretrain" / "transformer" / "p1234"
+    model = json.loads((run_dir / "model.json").read_text())
     assert model["vocab_size"] == len(info["vocab"]) + 3
-    for stage in ("zeroshot", "zeroshot_lstm", "pretrain_lstm"):
+    for stage in ("zeroshot_p1234", "zeroshot_lstm_p1234", "pretrain_lstm_p1234"):
         assert json.loads((metrics / f"{stage}.info.json").read_text())["not_run"].startswith(
             "not run: pretrain.import_hf")
-    assert "acc" in json.loads((metrics / "finetune_sst2.json").read_text())["scores"]
+    assert "acc" in json.loads((metrics / "finetune_sst2_p1234.json").read_text())["scores"]
 
     report = (repo / "reports" / "report.md").read_text()
     banner = next(line for line in report.splitlines() if line.startswith("> **Preset"))
