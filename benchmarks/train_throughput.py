@@ -88,7 +88,7 @@ def make_models(params_path: str, shape: dict[str, int], vocab: int
         attn_pdrop=cfg.attn_pdrop, layer_norm_epsilon=cfg.layer_norm_epsilon,
     )
     theirs = OpenAIGPTLMHeadModel(hf_cfg)
-    theirs.load_state_dict(hf_state_dict(ours.state_dict()))
+    theirs.load_state_dict(hf_state_dict(ours.state_dict(), vocab))
     return ours, theirs
 
 

@@ -188,6 +188,10 @@ class ModelCfg(Section):
     layer_norm_epsilon: PosFloat
     initializer_range: PosFloat
     """Std of the N(0, s) weight init."""
+    vocab_pad_multiple: PosInt
+    """The output layer's rows (the tied embedding) padded up to a multiple of this for aligned
+    GEMMs on the GPU (64; 1 = unpadded, as runs written before this key). The padded rows stay
+    zero, their logits are excluded from softmax and loss, and exports strip them."""
     backend: Literal["auto", "torch", "cpu_fused"]
     """How the model computes (gpt1/backends): `torch` = gpt1/model.py as written; `cpu_fused` =
     the fused CPU kernels (hash-seeded dropout masks); `auto` = cpu_fused on CPU when the kernel

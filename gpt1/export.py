@@ -100,13 +100,16 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None) -> str:
     return "\n".join(lines)
 
 
-def hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
-    """Our GPT state dict -> OpenAIGPTLMHeadModel's (prefix, Conv1D transposes, tied head)."""
+def hf_state_dict(state: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    """Our GPT state dict -> OpenAIGPTLMHeadModel's (prefix, Conv1D transposes, tied head; the
+    embedding's padded rows, model.vocab_pad_multiple, stripped to vocab_size)."""
     out = {}
     for name, tensor in state.items():
         value = tensor.t().contiguous() if name.endswith(_CONV1D) else tensor
+        if name == "tokens_embed.weight":
+            value = value[:vocab_size].contiguous()
         out[f"transformer.{name}"] = value
-    out["lm_head.weight"] = state["tokens_embed.weight"]
+    out["lm_head.weight"] = out["transformer.tokens_embed.weight"]
     return out
 
 
@@ -176,7 +179,9 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
     except FileNotFoundError:
         raise Gpt1Error("missing; run train_bpe first", tok_path) from None
     model, head, meta = _load(run_dir, tokenizer_dir, hashlib.sha256(tok_bytes).hexdigest())
-    cfg = Params.model_validate(meta["params"]).model
+    from gpt1.checkpoint import recorded_params
+
+    cfg = recorded_params(meta, Path(run_dir) / "model.json").model
     _check_exportable(meta, cfg)
     hf_cfg = OpenAIGPTConfig(
         vocab_size=meta["vocab_size"], n_positions=cfg.n_positions, n_embd=cfg.n_embd,
@@ -186,7 +191,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
         architectures=["OpenAIGPTLMHeadModel"],
     )
     hf = OpenAIGPTLMHeadModel(hf_cfg)
-    result = hf.load_state_dict(hf_state_dict(model.state_dict()), strict=False)
+    result = hf.load_state_dict(hf_state_dict(model.state_dict(), meta["vocab_size"]),
+                                strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise Gpt1Error(f"weights do not map onto OpenAIGPT: missing {result.missing_keys[:3]}, "
                         f"unexpected {result.unexpected_keys[:3]}", run_dir)

@@ -132,11 +132,13 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
 
 
 def _special_rows(body: nn.Module, n_special: int) -> torch.Tensor:
-    """The last `n_special` rows of the body's (tied) token embedding, as a view."""
-    weight = cast(torch.Tensor, cast(nn.Module, body.tokens_embed).weight)
-    if not 0 <= n_special < weight.shape[0]:
-        raise ValueError(f"n_special={n_special} outside 0..{weight.shape[0] - 1}")
-    return weight[weight.shape[0] - n_special:]
+    """The last `n_special` rows of the body's (tied) token embedding's real vocabulary (the
+    padded rows after them aside), as a view."""
+    embed = cast(nn.Module, body.tokens_embed)
+    weight, n_real = cast(torch.Tensor, embed.weight), int(cast(int, embed.n_real))
+    if not 0 <= n_special < n_real:
+        raise ValueError(f"n_special={n_special} outside 0..{n_real - 1}")
+    return weight[n_real - n_special : n_real]
 
 
 def collate(seqs: Sequence[list[list[int]]], device: torch.device
