@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -99,10 +100,25 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work (timing only; CPU work is synchronous)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class Stopwatch:
+    """Times queued device work without a host sync: CUDA events on a GPU, read (waited for)
+    only when asked, at a point that syncs anyway; the host clock on the CPU (synchronous)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if not self.cuda:
+            return float(end - start)
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
 
 
 @contextlib.contextmanager
