@@ -3,7 +3,7 @@
 The run's budget comes from the params file (configs/paper.yaml: 100 epochs of 64 x 512-token
 windows) over a corpus of --corpus-tokens training tokens (default: the train tokens the last
 `shard_corpus` stage recorded in reports/metrics/shard_corpus.json); the rate is the device's
-dense bf16 peak (train_throughput.PEAK_BF16) times --mfu. gpt1.pretraining.cost_projection does the
+dense bf16 peak (devices.PEAK_BF16) times --mfu. gpt1.pretraining.cost_projection does the
 arithmetic, the same function the pre-training stage logs its projection with.
 
     .venv/bin/python benchmarks/cost_projection.py [--params configs/paper.yaml] [--results]
@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 import torch
+from devices import PEAK_BF16
 from results_file import add_option, recording
-from train_throughput import PEAK_BF16
 
 from gpt1.config import load_params
 from gpt1.model import GPT, flops_per_token

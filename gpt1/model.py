@@ -10,11 +10,14 @@ built model by gpt1/backends (`model.backend`), which this file does not know ab
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpt1.config import ModelCfg
+if TYPE_CHECKING:  # annotations only: the model imports no schema (benchmarks/gpu_check.py)
+    from gpt1.config import ModelCfg
 
 
 class TiedEmbedding(nn.Module):

@@ -41,6 +41,7 @@ from gpt1.progress import MetricsSink, progress
 from gpt1.runtime import (
     Stopwatch,
     autocast_for,
+    compile_or_eager,
     distributed,
     resolve_precision,
     stop_agreed,
@@ -303,7 +304,7 @@ def pretrain(
         start, history = _resume(run_dir, lm, optimizer, key, rank)
         loss_module = CausalLM(lm)
         if cfg.compile:
-            loss_module.compile()  # in place: state_dict keys and DDP wrapping unchanged
+            compile_or_eager(loss_module, "pretrain.compile")
         module: nn.Module = loss_module
         if world > 1:
             module = DistributedDataParallel(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -98,6 +99,26 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cuda":
         return batch.pin_memory().to(device, non_blocking=True)
     return batch.to(device)
+
+
+def c_compiler() -> str | None:
+    """The C compiler torch.compile calls at run time (Inductor's C++ wrappers, Triton's GPU
+    launchers): $CC, else cc / gcc / clang on PATH; None when there is none."""
+    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    return next((found for found in map(shutil.which, names) if found), None)
+
+
+def compile_or_eager(module: torch.nn.Module, key: str) -> bool:
+    """torch.compile `module` in place (state_dict keys and DDP wrapping unchanged); where no C
+    compiler is found, leave it eager with one warning naming `key` and the fix, instead of a
+    compiler error in the middle of the first step. Returns whether it compiled."""
+    if c_compiler() is None:
+        log.warning("%s: no C compiler (cc, gcc or clang on PATH, or $CC), which torch.compile "
+                    "needs at run time: running eager (install one, e.g. apt-get install gcc)",
+                    key)
+        return False
+    module.compile()
+    return True
 
 
 class Stopwatch:
