@@ -71,6 +71,8 @@ class Hparams:
     precision: str
     init_std: float
     data_seed: int
+    device: str
+    """params.device (auto | cpu | cuda): where finetune_task runs unless told otherwise."""
 
 
 def resolve_hparams(params: Params, task: str) -> Hparams:
@@ -91,6 +93,7 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
         max_eval_examples=pick("max_eval_examples"), betas=(pt.adam_beta1, pt.adam_beta2),
         eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
         precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
+        device=params.device,
     )
 
 
@@ -309,9 +312,10 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
     """Fine-tune on data["train"] for every seed, select on data["dev"], score data["test"].
 
     Returns the result (scores aggregated over seeds, per-seed details, sizes). `on_best` gets
-    the first seed's selected model; `device` defaults to runtime.device() (`auto`).
+    the first seed's selected model; `device` defaults to the params' (hp.device), the device
+    the body factory's models were built for.
     """
-    device = runtime.device() if device is None else device
+    device = runtime.device(hp.device) if device is None else device
     runs: list[dict[str, Any]] = []
     # out_dir appears whole or not at all: a stopped or failed run leaves no seed's predictions.
     with stop_on_signals() as stop, atomic.atomic_path(out_dir) as tmp:

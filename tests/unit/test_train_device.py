@@ -134,7 +134,8 @@ def test_compiled_pretrain_matches_eager(make_params, tmp_path, caplog):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     for compiled in (False, True):
-        params = make_params({"model": {**NO_DROPOUT, "n_layer": 1},
+        params = make_params({"device": "cpu",  # the CPU backend's compiled custom ops
+                              "model": {**NO_DROPOUT, "n_layer": 1},
                               "pretrain": {"precision": "fp32", "max_tokens": 384,
                                            "log_interval_steps": 1, "compile": compiled}})
         seen: list[tuple[int, dict[str, float]]] = []
