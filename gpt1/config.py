@@ -246,6 +246,10 @@ class PretrainCfg(Section):
     (e.g. AVX2-only x86-64). bf16 on a CPU without it runs emulated, many times slower (a
     warning says so), and the LSTM layer runs in fp32 where oneDNN has no bf16 LSTM."""
     compile: bool
+    nproc: Literal["auto"] | PosInt
+    """Processes `python -m gpt1 pretrain` / `pretrain_lstm` launches itself over on this node
+    (torch's elastic launcher, one per GPU; gloo processes on the CPU): `auto` = every GPU
+    torch sees (1 on the CPU). Changes how the global batch is split, never the result."""
     eval_interval_steps: PosInt
     eval_batches: PosInt
     log_interval_steps: PosInt

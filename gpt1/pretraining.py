@@ -41,6 +41,7 @@ from gpt1.progress import MetricsSink, progress
 from gpt1.runtime import (
     Stopwatch,
     autocast_for,
+    check_shared_dir,
     compile_or_eager,
     distributed,
     resolve_precision,
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 # values of these. The data order and the global batch stay the same; dropout masks are drawn
 # per micro-batch, so after a micro_batch_seqs change they follow the new split.
 _NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
-                   "checkpoint_interval_steps", "compile", "micro_batch_seqs")
+                   "checkpoint_interval_steps", "compile", "micro_batch_seqs", "nproc")
 PROJECTION_STEPS = 3
 """Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
 
@@ -294,6 +295,8 @@ def pretrain(
                 f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
                 f"{cfg.micro_batch_seqs} x accumulation x {world} ranks"
             )
+        if world > 1:
+            check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
         val = eval_windows(val_tokens, cfg.seq_len, cfg.eval_batches * cfg.micro_batch_seqs)
         total_steps = total_steps_for(cfg, sampler.windows_per_epoch)

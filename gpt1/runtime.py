@@ -11,9 +11,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -158,6 +163,63 @@ def distributed(device_type: str) -> Iterator[tuple[int, int]]:
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+def ranks_to_launch(nproc: int | str, requested_device: str) -> int:
+    """How many processes a pre-training stage runs as on this node (pretrain.nproc): N, or
+    for `auto` one per GPU torch sees (1 on the CPU). More processes than GPUs stop here."""
+    gpus = torch.cuda.device_count() if requested_device != "cpu" else 0
+    if nproc == "auto":
+        return max(gpus, 1)
+    n = int(nproc)
+    if gpus and n > gpus:
+        raise Gpt1Error(f"pretrain.nproc: {n} processes, but torch sees {gpus} GPU(s) "
+                        "(one process per GPU; nproc: auto uses them all)")
+    return n
+
+
+def launched() -> bool:
+    """Whether this process is one rank of a launched group (torchrun set WORLD_SIZE)."""
+    return "WORLD_SIZE" in os.environ
+
+
+def launch_ranks(nproc: int, argv: list[str]) -> int:
+    """Run `python -m gpt1 ARGV` as `nproc` processes on this node with torch's elastic
+    launcher (torch.distributed.run --standalone) and wait; SIGINT / SIGTERM are passed on, so
+    every rank saves and stops at the same step. Returns the launcher's exit code."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", "-m", "gpt1", *argv]
+    log.info("launching %d processes: %s", nproc, " ".join(cmd[1:]))
+    child = subprocess.Popen(cmd)  # noqa: S603 (our own interpreter and module)
+    forward = {sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
+               for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in forward.items():
+            signal.signal(sig, handler)
+
+
+def check_shared_dir(run_dir: Path, rank: int, world: int, device: torch.device) -> None:
+    """Refuse (Gpt1Error, every rank) a run directory that not every rank sees: rank 0 writes
+    a token file there and every rank looks for it. Ranks on other nodes need the checkpoints
+    rank 0 writes (a shared filesystem mounted at the same path on every node)."""
+    token = [secrets.token_hex(8) if rank == 0 else ""]
+    dist.broadcast_object_list(token, src=0)
+    probe = Path(run_dir) / f".rank-check-{token[0]}"
+    if rank == 0:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token[0], encoding="ascii")
+    dist.barrier()
+    seen = torch.tensor([int(probe.is_file())], device=device)
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    dist.barrier()
+    if rank == 0:
+        probe.unlink()
+    if not int(seen.item()):
+        raise Gpt1Error(f"run directory not shared by every rank: some of the {world} ranks do "
+                        "not see rank 0's files; multi-node pre-training needs a filesystem "
+                        "every node mounts at the same path (docs/gpu.md)", run_dir)
 
 
 def stop_agreed(stop: StopRequest, world: int, device: torch.device) -> bool:

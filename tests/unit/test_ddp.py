@@ -123,3 +123,81 @@ def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
         per_step = {done: syncs.count(done) for done in range(1, 13)}
         assert {d for d, n in per_step.items() if n} == {4, 6, 8, 12}, per_step
         assert per_step[4] >= 3  # loss, grad norm, stop agreement: the counter sees them
+
+
+def _load(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(path)
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch):
+    """`python -m gpt1 pretrain` with pretrain.nproc: 2 (device: cpu) runs 2 gloo ranks through
+    torch's elastic launcher, started by the stage itself (dvc.yaml's cmd unchanged); the final
+    weights equal one process accumulating the same 2 micro-batches, within 1e-5."""
+    from gpt1 import stages
+    from gpt1.__main__ import main
+    from tests.unit.test_checkpoint import _prepare
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    over = {"device": "cpu", "pretrain": {"max_tokens": 8 * 4 * 32, "precision": "fp32"}}
+    _, one = _prepare(tmp_path, "one", {**over, "pretrain": {**over["pretrain"], "nproc": 1}})
+    stages.pretrain(one)
+    two_file, two = _prepare(tmp_path, "two", {**over, "pretrain": {**over["pretrain"],
+                                                                      "nproc": 2}})
+    assert main(["--params", str(two_file), "pretrain"]) == 0
+    info = json.loads((Path(two.paths.metrics) / "pretrain.info.json").read_text())
+    assert json.dumps(info).count('"world_size": 2') == 1
+    a = _load(Path(one.paths.checkpoints) / "model.safetensors")
+    b = _load(Path(two.paths.checkpoints) / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max().item() <= 1e-5, name
+
+
+def _probe_rank(rank: int, port: int, dirs: list[Path], out: Path) -> None:
+    from gpt1 import runtime
+    from gpt1.errors import Gpt1Error
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        runtime.check_shared_dir(dirs[rank], rank, 2, torch.device("cpu"))
+        Path(f"{out}.{rank}").write_text("shared")
+    except Gpt1Error as err:
+        Path(f"{out}.{rank}").write_text(str(err))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_a_run_directory_not_shared_by_every_rank_is_refused(tmp_path):
+    """Multi-node: rank 1 with its own (unshared) folder at the run directory's place stops,
+    and so does rank 0, in one line each; a shared folder passes and is left clean."""
+    out = tmp_path / "probe"
+    shared = [tmp_path / "run"] * 2
+    mp.spawn(_probe_rank, args=(_free_port(), shared, out), nprocs=2)
+    assert [Path(f"{out}.{r}").read_text() for r in (0, 1)] == ["shared", "shared"]
+    assert list((tmp_path / "run").iterdir()) == []
+    apart = [tmp_path / "node0" / "run", tmp_path / "node1" / "run"]
+    mp.spawn(_probe_rank, args=(_free_port(), apart, out), nprocs=2)
+    for r in (0, 1):
+        said = Path(f"{out}.{r}").read_text()
+        assert said.startswith(f"{apart[r]}: run directory not shared by every rank"), said
+        assert "\n" not in said
+
+
+def test_nproc_auto_is_every_gpu_and_one_on_the_cpu(monkeypatch):
+    from gpt1 import runtime
+    from gpt1.errors import Gpt1Error
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert runtime.ranks_to_launch("auto", "auto") == 1
+    assert runtime.ranks_to_launch(2, "auto") == 2  # gloo processes on the CPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert runtime.ranks_to_launch("auto", "cuda") == 4
+    assert runtime.ranks_to_launch("auto", "cpu") == 1
+    assert runtime.ranks_to_launch(3, "cpu") == 3
+    with pytest.raises(Gpt1Error, match=r"pretrain.nproc: 8 processes, but torch sees 4 GPU"):
+        runtime.ranks_to_launch(8, "auto")
