@@ -365,6 +365,10 @@ class OrchestrateCfg(Section):
     """Stages doing network / remote I/O, retried on failure (no other stage is retried)."""
     io_retries: NonNegInt
     io_retry_delay_seconds: NonNegFloat
+    devices: Annotated[IntTuple, AfterValidator(lambda v: _distinct_ids(v) if v else v)]
+    """This worker's CUDA devices (indices) the flow hands out to concurrent stages: pre-training
+    takes them all, each other model stage one (CUDA_VISIBLE_DEVICES, pipelines/devices.py);
+    [] = none declared: every stage sees what the worker sees."""
     dvc_remote: str | None
     """DVC remote shared by workers on different machines: each stage pulls its deps before and
     pushes its outs after; null = one machine, no push/pull."""
