@@ -306,12 +306,14 @@ def pretrain(
         key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
         start, history = _resume(run_dir, lm, optimizer, key, rank)
         loss_module = CausalLM(lm)
-        if cfg.compile:
-            compile_or_eager(loss_module, "pretrain.compile")
         module: nn.Module = loss_module
         if world > 1:
             module = DistributedDataParallel(
                 loss_module, device_ids=[device.index] if device.type == "cuda" else None)
+        if cfg.compile:  # DDP compiled as the wrapper: its gradient all-reduce buckets then
+            # overlap backward (Dynamo's DDPOptimizer); in place, so state_dict keys and the
+            # DDP type (no_sync) stay; one process: the loss module, evaluation included
+            compile_or_eager(module, "pretrain.compile")
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
                  cfg.micro_batch_seqs, accum, world, precision, start)

@@ -25,6 +25,12 @@ SPARSE = {"device": "cpu", "pretrain": {"max_tokens": 12 * 4 * 32, "log_interval
                                         "eval_interval_steps": 6, "checkpoint_interval_steps": 8,
                                         "zero_shot_checkpoints": 0, "precision": "fp32"}}
 """Sync points at updates 4, 6, 8 and 12 only: the updates between them must not sync."""
+NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+COMPILED = {**OVERRIDES, "model": NO_DROPOUT,
+            "pretrain": {**OVERRIDES["pretrain"], "compile": True}}
+"""DDP compiled as the wrapper; no dropout, whose compiled masks differ from eager ones."""
+RUNS = {"plain": OVERRIDES, "sparse": SPARSE, "compiled": COMPILED,
+        "eager": {**COMPILED, "pretrain": {**COMPILED["pretrain"], "compile": False}}}
 
 
 def _count_host_syncs(syncs: list[int]) -> None:
@@ -57,7 +63,7 @@ def _count_host_syncs(syncs: list[int]) -> None:
     loop.train_step, loop.stop_agreed = counted_step, counted_agree
 
 
-def _train(run_dir: Path, out: Path, sparse: bool = False) -> None:
+def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
     """One rank of a run; rank 0 writes the per-step losses and val losses to `out`, and with
     SPARSE logging every rank writes its host syncs to out.<rank>."""
     from gpt1.model import GPT
@@ -65,10 +71,9 @@ def _train(run_dir: Path, out: Path, sparse: bool = False) -> None:
 
     torch.set_num_threads(1)
     syncs: list[int] = []
-    if sparse:
+    if run == "sparse":
         _count_host_syncs(syncs)
-    params = parse_params(make_params_dict(run_dir.parent, SPARSE if sparse else OVERRIDES),
-                          "tiny")
+    params = parse_params(make_params_dict(run_dir.parent, RUNS[run]), "tiny")
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
     seen: list[tuple[int, dict]] = []
@@ -79,15 +84,15 @@ def _train(run_dir: Path, out: Path, sparse: bool = False) -> None:
         losses = [m["loss"] for _, m in seen if "loss" in m]
         out.write_text(json.dumps({"losses": losses, "world": metrics["world_size"],
                                    "val": [h["val_loss"] for h in metrics["history"]]}))
-    if sparse:
+    if run == "sparse":
         Path(f"{out}.{os.environ.get('RANK', '0')}").write_text(json.dumps(syncs))
 
 
 def _rank(rank: int, world: int, port: int, run_dir: Path, out: Path,
-          sparse: bool = False) -> None:
+          run: str = "plain") -> None:
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    _train(run_dir, out, sparse)
+    _train(run_dir, out, run)
 
 
 def _free_port() -> int:
@@ -112,12 +117,27 @@ def test_two_process_gloo_equals_one_process(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_compiled_ddp_wrapper_equals_one_eager_process(tmp_path, monkeypatch):
+    """pretrain.compile under DDP compiles the DDP wrapper (all-reduce overlapping backward):
+    2 compiled ranks give the losses of 1 eager process accumulating 2 (<= 1e-5)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    _train(tmp_path / "one" / "run", tmp_path / "eager.json", "eager")
+    (tmp_path / "two").mkdir()
+    out = tmp_path / "compiled.json"
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", out, "compiled"), nprocs=2)
+    a, b = json.loads((tmp_path / "eager.json").read_text()), json.loads(out.read_text())
+    assert len(a["losses"]) == len(b["losses"]) == 12
+    for x, y in zip(a["losses"] + a["val"], b["losses"] + b["val"], strict=True):
+        assert abs(x - y) <= 1e-5, (x, y)
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
 def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
     """2 ranks, 12 updates, logging every 4, eval every 6, checkpoints every 8: each rank reads
     the device (.item / .tolist) or agrees on a stop only after updates 4, 6, 8 and 12."""
     out = tmp_path / "syncs.json"
     (tmp_path / "two").mkdir()
-    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", out, True), nprocs=2)
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", out, "sparse"), nprocs=2)
     for rank in (0, 1):
         syncs = json.loads(Path(f"{out}.{rank}").read_text())
         per_step = {done: syncs.count(done) for done in range(1, 13)}
