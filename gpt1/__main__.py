@@ -159,6 +159,9 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
                  if name in LAUNCHED_STAGES and not runtime.launched() else 1)
         if nproc > 1:
             # this process launches the ranks and waits; each rank runs the stage
+            from gpt1.pretraining import accumulation
+
+            accumulation(params.pretrain, nproc)  # the batch splits over the ranks, or stop
             code = runtime.launch_ranks(nproc, ["--params", params_path, name])
             if code:
                 raise Gpt1Error(f"{nproc} ranks (pretrain.nproc) failed, launcher exit {code}; "

@@ -270,6 +270,16 @@ class Checkpointer:
             dist.barrier()
 
 
+def accumulation(cfg: Any, world: int) -> int:
+    """Micro-batches per rank and update: batch_seqs = micro_batch_seqs x this x ranks, else a
+    Gpt1Error naming the keys (checked before ranks are launched, and by each rank)."""
+    accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
+    if rem or accum < 1:
+        raise Gpt1Error(f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
+                        f"{cfg.micro_batch_seqs} x accumulation x {world} ranks")
+    return accum
+
+
 def pretrain(
     lm: GPT | LSTMLM,
     train_tokens: Sequence[np.ndarray],
@@ -289,12 +299,7 @@ def pretrain(
     device = run_device(params.device)
     precision = resolve_precision(cfg.precision, device)
     with distributed(device.type) as (rank, world), stop_on_signals() as stop:
-        accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
-        if rem or accum < 1:
-            raise Gpt1Error(
-                f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
-                f"{cfg.micro_batch_seqs} x accumulation x {world} ranks"
-            )
+        accum = accumulation(cfg, world)
         if world > 1:
             check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)

@@ -221,3 +221,18 @@ def test_nproc_auto_is_every_gpu_and_one_on_the_cpu(monkeypatch):
     assert runtime.ranks_to_launch(3, "cpu") == 3
     with pytest.raises(Gpt1Error, match=r"pretrain.nproc: 8 processes, but torch sees 4 GPU"):
         runtime.ranks_to_launch(8, "auto")
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_path, capsys,
+                                                                          monkeypatch):
+    from gpt1.__main__ import main
+    from tests.unit.test_checkpoint import _prepare
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    params_file, params = _prepare(tmp_path, "run", {"pretrain": {
+        "nproc": 2, "batch_seqs": 4, "micro_batch_seqs": 4}})
+    assert main(["--params", str(params_file), "pretrain"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpt1 pretrain: error: pretrain.batch_seqs=4 is not micro_batch_seqs=4 x "
+                   "accumulation x 2 ranks"]
+    assert not Path(params.paths.checkpoints).exists()
