@@ -162,7 +162,10 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
             from gpt1.pretraining import accumulation
 
             accumulation(params.pretrain, nproc)  # the batch splits over the ranks, or stop
-            code = runtime.launch_ranks(nproc, ["--params", params_path, name])
+            code, signum = runtime.launch_ranks(nproc, ["--params", params_path, name])
+            if signum is not None:
+                raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "
+                                   "checkpoint", signum)
             if code:
                 raise Gpt1Error(f"{nproc} ranks (pretrain.nproc) failed, launcher exit {code}; "
                                 "each rank's error is above")

@@ -9,6 +9,7 @@ leaves) the process group torchrun describes in the environment.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import secrets
@@ -183,18 +184,33 @@ def launched() -> bool:
     return "WORLD_SIZE" in os.environ
 
 
-def launch_ranks(nproc: int, argv: list[str]) -> int:
+def _die_with_parent() -> None:
+    """In the launcher's process: SIGTERM it when this process dies (Linux prctl
+    PR_SET_PDEATHSIG), so ranks never outlive a killed stage."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def launch_ranks(nproc: int, argv: list[str]) -> tuple[int, int | None]:
     """Run `python -m gpt1 ARGV` as `nproc` processes on this node with torch's elastic
-    launcher (torch.distributed.run --standalone) and wait; SIGINT / SIGTERM are passed on, so
-    every rank saves and stops at the same step. Returns the launcher's exit code."""
+    launcher (torch.distributed.run --standalone) and wait. The launcher runs in its own
+    process group: a Ctrl-C or SIGTERM reaches it once, passed on by this process, and it
+    passes one to every rank (a second would stop them at once, unsaved). Returns the
+    launcher's exit code and the signal passed on (None if none)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc_per_node={nproc}", "-m", "gpt1", *argv]
     log.info("launching %d processes: %s", nproc, " ".join(cmd[1:]))
-    child = subprocess.Popen(cmd)  # noqa: S603 (our own interpreter and module)
-    forward = {sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
-               for sig in (signal.SIGINT, signal.SIGTERM)}
+    child = subprocess.Popen(cmd, start_new_session=True,  # noqa: S603 (our interpreter)
+                             preexec_fn=_die_with_parent)  # noqa: PLW1509
+    received: list[int] = []
+
+    def pass_on(signum: int, _: object) -> None:
+        received.append(signum)
+        child.send_signal(signum)
+
+    forward = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return child.wait()
+        return child.wait(), (received[0] if received else None)
     finally:
         for sig, handler in forward.items():
             signal.signal(sig, handler)

@@ -236,3 +236,44 @@ def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_p
     assert err == ["gpt1 pretrain: error: pretrain.batch_seqs=4 is not micro_batch_seqs=4 x "
                    "accumulation x 2 ranks"]
     assert not Path(params.paths.checkpoints).exists()
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_path):
+    """SIGTERM to `python -m gpt1 pretrain` (nproc 2) reaches each rank once: both save at the
+    same sync point and stop; the command exits 143 in one line and no rank outlives it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from gpt1 import checkpoint
+    from tests.unit.test_checkpoint import REPO, _prepare
+
+    params_file, params = _prepare(tmp_path, "run", {"device": "cpu", "pretrain": {
+        "nproc": 2, "max_tokens": 400 * 4 * 32, "log_interval_steps": 4,
+        "checkpoint_interval_steps": 8, "precision": "fp32"}})
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    proc = subprocess.Popen([sys.executable, "-m", "gpt1", "--params", str(params_file),
+                             "pretrain"], cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_dir = Path(params.paths.checkpoints)
+    deadline = time.monotonic() + 120
+    while checkpoint.latest_checkpoint(run_dir) is None and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    ranks = psutil.Process(proc.pid).children(recursive=True)
+    assert len([r for r in ranks if "gpt1" in " ".join(r.cmdline())]) >= 3  # launcher + 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    psutil.wait_procs(ranks, timeout=30)
+    assert not [r for r in ranks if r.is_running()]
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == ("gpt1 pretrain: stopped (2 ranks); re-run to resume "
+                                            "from the latest checkpoint")
+    step = checkpoint.read_checkpoint_state(checkpoint.latest_checkpoint(run_dir))["step"]
+    assert step % 4 == 0 and step < 400  # saved at a sync point, not at the end
+    assert err.count(f"gpt1 pretrain: stopped at step {step}; re-run to resume") == 2, err
+    assert not (run_dir / checkpoint.MODEL_FILE).exists()
