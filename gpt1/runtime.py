@@ -3,7 +3,9 @@
 Every stage asks `device()` for its device, so a process never mixes two choices; under
 torchrun each process takes the GPU of its LOCAL_RANK. `resolve_precision` turns the params'
 `auto | fp32 | bf16` into the precision this device runs fast, and `distributed` joins (and
-leaves) the process group torchrun describes in the environment.
+leaves) the process group torchrun describes in the environment. `launch_ranks` starts those
+processes for a pre-training stage (pretrain.nproc), `check_shared_dir` refuses a run
+directory some rank does not see, and `compile_or_eager` guards torch.compile.
 """
 
 from __future__ import annotations
