@@ -36,6 +36,7 @@ from typing import cast
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
+from devices import bf16_peak  # noqa: E402
 from results_file import add_option, recording  # noqa: E402
 from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel  # noqa: E402
 
@@ -51,18 +52,6 @@ BENCH = {"n_layer": 6, "n_embd": 384, "n_head": 6, "n_inner": 4 * 384, "n_positi
 VOCAB, BATCH, THREADS = 16_384, 8, 2
 PAPER = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": 4 * 768, "n_positions": 512}
 PAPER_VOCAB, PAPER_BATCH = 40_478, 64  # the original release's vocabulary; spec §1 batch
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, matched
-# as substrings of torch.cuda.get_device_name(), first match wins (PCIe before the SXM default).
-PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12),
-             ("L40S", 362e12), ("L4", 121e12))
-
-
-def bf16_peak(device_name: str, override_tflops: float | None) -> float | None:
-    """The device's dense bf16 peak in FLOP/s: --peak-tflops, else PEAK_BF16, else None."""
-    if override_tflops:
-        return override_tflops * 1e12
-    return next((peak for key, peak in PEAK_BF16 if key in device_name), None)
-
 
 def synthetic_stream(n_tokens: int, vocab: int, seed: int) -> torch.Tensor:
     """A learnable token stream: a sparse random bigram chain (8 successors per token)."""
@@ -88,7 +77,7 @@ def make_models(params_path: str, shape: dict[str, int], vocab: int
         attn_pdrop=cfg.attn_pdrop, layer_norm_epsilon=cfg.layer_norm_epsilon,
     )
     theirs = OpenAIGPTLMHeadModel(hf_cfg)
-    theirs.load_state_dict(to_hf(ours.state_dict()))
+    theirs.load_state_dict(to_hf(ours.state_dict(), vocab))
     return ours, theirs
 
 

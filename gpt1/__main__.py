@@ -50,6 +50,8 @@ STAGES: dict[str, str] = {
     "report": "report",
 }
 TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "transfer_layers"}
+LAUNCHED_STAGES = {"pretrain", "pretrain_lstm"}
+"""Stages that run as pretrain.nproc processes (DDP), launched by the stage's own command."""
 # Stages that run a model on params `device` (the data stages and the report run on the CPU).
 DEVICE_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "lr_pilot", "ablation",
                            "transfer_layers", "zeroshot", "zeroshot_lstm"}
@@ -163,6 +165,21 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
         from gpt1 import runtime
 
         runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
+        nproc = (runtime.ranks_to_launch(params.pretrain.nproc, params.device)
+                 if name in LAUNCHED_STAGES and not runtime.launched() else 1)
+        if nproc > 1:
+            # this process launches the ranks and waits; each rank runs the stage
+            from gpt1.pretraining import accumulation
+
+            accumulation(params.pretrain, nproc)  # the batch splits over the ranks, or stop
+            code, signum = runtime.launch_ranks(nproc, ["--params", params_path, name])
+            if signum is not None:
+                raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "
+                                   "checkpoint", signum)
+            if code:
+                raise Gpt1Error(f"{nproc} ranks (pretrain.nproc) failed, launcher exit {code}; "
+                                "each rank's error is above")
+            return None
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import records, stages
 

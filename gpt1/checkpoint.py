@@ -238,6 +238,18 @@ SHAPE_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
 """Model kind -> (params section, the fields that fix its weights' shapes and wiring)."""
 
 
+def recorded_params(meta: dict[str, Any], where: Path) -> Params:
+    """The params a model was trained with (its model.json). Written before
+    model.vocab_pad_multiple existed = unpadded (1); Gpt1Error when no longer valid."""
+    raw = meta["params"]
+    if isinstance(raw.get("model"), dict) and "vocab_pad_multiple" not in raw["model"]:
+        raw = {**raw, "model": {**raw["model"], "vocab_pad_multiple": 1}}
+    try:
+        return parse_params(raw, where)
+    except ParamsError as err:
+        raise Gpt1Error(f"recorded params no longer valid: {err}", where) from None
+
+
 def check_model_shape(run_dir: str | Path, params: Params) -> None:
     """Refuse, before any work, a finished run whose model shape differs from params'."""
     run_dir = Path(run_dir)
@@ -269,10 +281,7 @@ def load_model(
             f"trained with tokenizer {meta['tokenizer_hash'][:12]}, expected "
             f"{expected_tokenizer_hash[:12]}; re-run pretraining", run_dir / MODEL_META,
         )
-    try:
-        params = parse_params(meta["params"], run_dir / MODEL_META)
-    except ParamsError as err:
-        raise Gpt1Error(f"recorded params no longer valid: {err}", run_dir / MODEL_META) from None
+    params = recorded_params(meta, run_dir / MODEL_META)
     model = networks.build_model(meta["kind"], params, meta["vocab_size"])
     if step is None:
         path, digest = run_dir / MODEL_FILE, meta["files"][MODEL_FILE]

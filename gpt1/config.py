@@ -188,6 +188,10 @@ class ModelCfg(Section):
     layer_norm_epsilon: PosFloat
     initializer_range: PosFloat
     """Std of the N(0, s) weight init."""
+    vocab_pad_multiple: PosInt
+    """The output layer's rows (the tied embedding) padded up to a multiple of this for aligned
+    GEMMs on the GPU (64; 1 = unpadded, as runs written before this key). The padded rows stay
+    zero, their logits are excluded from softmax and loss, and exports strip them."""
     backend: Literal["auto", "torch", "cpu_fused"]
     """How the model computes (gpt1/backends): `torch` = gpt1/model.py as written; `cpu_fused` =
     the fused CPU kernels (hash-seeded dropout masks); `auto` = cpu_fused on CPU when the kernel
@@ -242,6 +246,10 @@ class PretrainCfg(Section):
     (e.g. AVX2-only x86-64). bf16 on a CPU without it runs emulated, many times slower (a
     warning says so), and the LSTM layer runs in fp32 where oneDNN has no bf16 LSTM."""
     compile: bool
+    nproc: Literal["auto"] | PosInt
+    """Processes `python -m gpt1 pretrain` / `pretrain_lstm` launches itself over on this node
+    (torch's elastic launcher, one per GPU; gloo processes on the CPU): `auto` = every GPU
+    torch sees (1 on the CPU). Changes how the global batch is split, never the result."""
     eval_interval_steps: PosInt
     eval_batches: PosInt
     log_interval_steps: PosInt
@@ -369,6 +377,10 @@ class OrchestrateCfg(Section):
     """Stages doing network / remote I/O, retried on failure (no other stage is retried)."""
     io_retries: NonNegInt
     io_retry_delay_seconds: NonNegFloat
+    devices: Annotated[IntTuple, AfterValidator(lambda v: _distinct_ids(v) if v else v)]
+    """This worker's CUDA devices (indices) the flow hands out to concurrent stages: pre-training
+    takes them all, each other model stage one (CUDA_VISIBLE_DEVICES, pipelines/devices.py);
+    [] = none declared: every stage sees what the worker sees."""
     dvc_remote: str | None
     """DVC remote shared by workers on different machines: each stage pulls its deps before and
     pushes its outs after; null = one machine, no push/pull."""

@@ -169,7 +169,9 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
     except FileNotFoundError:
         raise Gpt1Error("missing; run train_bpe first", tok_path) from None
     model, head, meta = _load(run_dir, tokenizer_dir, hashlib.sha256(tok_bytes).hexdigest())
-    cfg = Params.model_validate(meta["params"]).model
+    from gpt1.checkpoint import recorded_params
+
+    cfg = recorded_params(meta, Path(run_dir) / "model.json").model
     _check_exportable(meta, cfg)
     hf_cfg = OpenAIGPTConfig(
         vocab_size=meta["vocab_size"], n_positions=cfg.n_positions, n_embd=cfg.n_embd,
@@ -179,7 +181,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
         architectures=["OpenAIGPTLMHeadModel"],
     )
     hf = OpenAIGPTLMHeadModel(hf_cfg)
-    result = hf.load_state_dict(hf_weights.to_hf(model.state_dict()), strict=False)
+    result = hf.load_state_dict(hf_weights.to_hf(model.state_dict(), meta["vocab_size"]),
+                                strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise Gpt1Error(f"weights do not map onto OpenAIGPT: missing {result.missing_keys[:3]}, "
                         f"unexpected {result.unexpected_keys[:3]}", run_dir)

@@ -75,6 +75,8 @@ class Hparams:
     data_seed: int
     select: str
     """final = score the last epoch; dev = the epoch best on the dev split (never reported)."""
+    device: str
+    """params.device (auto | cpu | cuda): where finetune_task runs unless told otherwise."""
 
 
 def resolve_hparams(params: Params, task: str) -> Hparams:
@@ -96,6 +98,7 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
         eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
         precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
         select=ft.select,
+        device=params.device,
     )
 
 
@@ -167,11 +170,13 @@ def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Modul
 
 
 def _special_rows(body: nn.Module, n_special: int) -> torch.Tensor:
-    """The last `n_special` rows of the body's (tied) token embedding, as a view."""
-    weight = cast(torch.Tensor, cast(nn.Module, body.tokens_embed).weight)
-    if not 0 <= n_special < weight.shape[0]:
-        raise ValueError(f"n_special={n_special} outside 0..{weight.shape[0] - 1}")
-    return weight[weight.shape[0] - n_special:]
+    """The last `n_special` rows of the body's (tied) token embedding's real vocabulary (the
+    padded rows after them aside), as a view."""
+    embed = cast(nn.Module, body.tokens_embed)
+    weight, n_real = cast(torch.Tensor, embed.weight), int(cast(int, embed.n_real))
+    if not 0 <= n_special < n_real:
+        raise ValueError(f"n_special={n_special} outside 0..{n_real - 1}")
+    return weight[n_real - n_special : n_real]
 
 
 def collate(seqs: Sequence[list[list[int]]], device: torch.device
@@ -355,10 +360,10 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
 
     `train_sets`: seed -> that seed's training set (its own seeded subset of the pool); None =
     data["train"] for every seed. Returns the result (scores aggregated over seeds, per-seed
-    details, sizes). `on_best` gets the first seed's kept model; `device` defaults to
-    runtime.device() (`auto`).
+    details, sizes). `on_best` gets the first seed's kept model; `device` defaults to the
+    params' (hp.device), the device the body factory's models were built for.
     """
-    device = runtime.device() if device is None else device
+    device = runtime.device(hp.device) if device is None else device
     if hp.select == "dev" and "dev" not in data:
         raise ValueError("select: dev needs a dev split")
     runs: list[dict[str, Any]] = []

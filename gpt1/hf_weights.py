@@ -21,10 +21,14 @@ def layout(name: str, tensor: Any) -> Any:
     return tensor.t().contiguous() if name.endswith(CONV1D) else tensor
 
 
-def to_hf(state: dict[str, Any]) -> dict[str, Any]:
-    """Our GPT state dict -> OpenAIGPTLMHeadModel's (prefix, Conv1D transposes, tied head)."""
+def to_hf(state: dict[str, Any], vocab_size: int | None = None) -> dict[str, Any]:
+    """Our GPT state dict -> OpenAIGPTLMHeadModel's (prefix, Conv1D transposes, tied head); the
+    embedding's padded rows (model.vocab_pad_multiple) stripped to `vocab_size` when given."""
     out = {f"{PREFIX}{name}": layout(name, tensor) for name, tensor in state.items()}
-    out[HEAD] = state["tokens_embed.weight"]
+    embed = out[f"{PREFIX}tokens_embed.weight"]
+    if vocab_size is not None and embed.shape[0] > vocab_size:
+        embed = out[f"{PREFIX}tokens_embed.weight"] = embed[:vocab_size].contiguous()
+    out[HEAD] = embed
     return out
 
 

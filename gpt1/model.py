@@ -10,11 +10,14 @@ built model by gpt1/backends (`model.backend`), which this file does not know ab
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpt1.config import ModelCfg
+if TYPE_CHECKING:  # annotations only: the model imports no schema (benchmarks/gpu_check.py)
+    from gpt1.config import ModelCfg
 
 
 class TiedEmbedding(nn.Module):
@@ -22,12 +25,17 @@ class TiedEmbedding(nn.Module):
 
     `embd_dropout = "matrix"` drops entries of We itself (the original TF release, spec §5), so
     the tied output layer sees the same dropped matrix as the lookup in that forward pass;
-    `"activations"` leaves We alone (the caller drops the summed embeddings).
+    `"activations"` leaves We alone (the caller drops the summed embeddings). `padded_rows`
+    (>= vocab_size) pads We for aligned output-layer GEMMs: the rows past vocab_size are never
+    looked up, and their logits are cut before softmax and loss (`logits`), so they get no
+    gradient and the real vocabulary's logits are those of the unpadded model.
     """
 
-    def __init__(self, vocab_size: int, n_embd: int, pdrop: float, mode: str) -> None:
+    def __init__(self, vocab_size: int, n_embd: int, pdrop: float, mode: str,
+                 padded_rows: int | None = None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(vocab_size, n_embd))
+        self.n_real = vocab_size
+        self.weight = nn.Parameter(torch.empty(max(padded_rows or 0, vocab_size), n_embd))
         self.mode = mode
         self.drop = nn.Dropout(pdrop)
         # We as this forward pass's output layer uses it, when not the parameter itself
@@ -45,8 +53,16 @@ class TiedEmbedding(nn.Module):
         return F.embedding(idx, self.output_weight())
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """(B, T, C) hidden states -> (B, T, V) logits h We^T (spec §1: softmax(h We^T))."""
-        return F.linear(h, self.output_weight())
+        """(B, T, C) hidden states -> (B, T, V) logits h We^T (spec §1: softmax(h We^T)); the
+        GEMM runs over the padded rows, the padded logits are cut (a view, no copy)."""
+        out = F.linear(h, self.output_weight())
+        return out if out.size(-1) == self.n_real else out[..., : self.n_real]
+
+    def reset_parameters(self, std: float) -> None:
+        """Real rows N(0, std) (the random draws of the unpadded matrix), padded rows 0."""
+        with torch.no_grad():
+            nn.init.normal_(self.weight[: self.n_real], 0.0, std)
+            self.weight[self.n_real :].zero_()
 
     def row_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """(..., C) hidden states, (...) next tokens -> (N,) fp32 cross-entropies of
@@ -124,7 +140,8 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.n_embd = cfg.n_embd
-        self.tokens_embed = TiedEmbedding(vocab_size, cfg.n_embd, cfg.embd_pdrop, cfg.embd_dropout)
+        self.tokens_embed = TiedEmbedding(vocab_size, cfg.n_embd, cfg.embd_pdrop, cfg.embd_dropout,
+                                          padded_vocab(vocab_size, cfg.vocab_pad_multiple))
         # spec §1: learned position embeddings (h0 = U We + Wp), not sinusoidal
         self.positions_embed = nn.Embedding(cfg.n_positions, cfg.n_embd)
         self.drop = nn.Dropout(cfg.embd_pdrop)
@@ -142,7 +159,9 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, 0.0, std)
                 nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding | TiedEmbedding):
+            elif isinstance(module, TiedEmbedding):
+                module.reset_parameters(std)
+            elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, 0.0, std)
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
@@ -173,9 +192,16 @@ class GPT(nn.Module):
         return self.tokens_embed.row_losses(h, targets)
 
 
+def padded_vocab(vocab_size: int, multiple: int) -> int:
+    """vocab_size rounded up to a multiple of `multiple` (model.vocab_pad_multiple)."""
+    return -(-vocab_size // multiple) * multiple
+
+
 def count_parameters(model: nn.Module) -> int:
-    """Unique parameters (the tied output layer is counted once)."""
-    return sum(p.numel() for p in model.parameters())
+    """Unique parameters (the tied output layer is counted once, its padded rows not at all)."""
+    padding = sum((m.weight.shape[0] - m.n_real) * m.weight.shape[1]
+                  for m in model.modules() if isinstance(m, TiedEmbedding))
+    return sum(p.numel() for p in model.parameters()) - padding
 
 
 def flops_per_token(cfg: ModelCfg, vocab_size: int, seq_len: int) -> float:
@@ -212,6 +238,9 @@ def transfer_weights(
             if name not in src_state:
                 raise KeyError(f"pre-trained state has no {name!r}")
             src, tgt = src_state[name], dst_state[name]
+            if name == "tokens_embed.weight":  # the real rows; padding (either side) stays 0
+                n_real = dst.tokens_embed.n_real
+                src, tgt = src[:n_real], tgt[:n_real]
             if src.shape != tgt.shape:
                 shapes = f"{tuple(src.shape)} != {tuple(tgt.shape)}"
                 raise ValueError(f"{name}: pre-trained shape {shapes}")

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from gpt1 import bpe, checkpoint, networks
-from gpt1.config import Params, ParamsError, parse_params
+from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import infer
 from gpt1.heads import TaskModel
@@ -111,10 +111,7 @@ def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
     meta = checkpoint.read_model_meta(Path(model_dir))
     if meta["tokenizer_hash"] != tok.hash:
         raise Gpt1Error("fine-tuned with another tokenizer; re-run finetune", meta_path)
-    try:
-        params = parse_params(meta["params"], meta_path)
-    except ParamsError as err:
-        raise Gpt1Error(f"recorded params no longer valid: {err}", meta_path) from None
+    params = checkpoint.recorded_params(meta, meta_path)
     spec = TASKS[meta["task"]]
     body = networks.build_model(meta["kind"], params, meta["vocab_size"])
     model = TaskModel(body, spec, params.finetune.clf_pdrop, params.model.initializer_range)

@@ -21,7 +21,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,16 +38,27 @@ from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import MetricsSink, progress
-from gpt1.runtime import autocast_for, distributed, resolve_precision, stop_agreed, sync, to_device
+from gpt1.runtime import (
+    Stopwatch,
+    autocast_for,
+    check_shared_dir,
+    compile_or_eager,
+    distributed,
+    resolve_precision,
+    stop_agreed,
+    to_device,
+)
 from gpt1.runtime import device as run_device
 from gpt1.step import NonFiniteWatch, train_step
 
 log = logging.getLogger(__name__)
 
-# Fields that change what is logged or how fast, never the trained weights: a run may resume
-# from a checkpoint written with other values of these.
+# Fields that change what is logged, how fast, or how the global batch is split (micro-batch
+# size; the rank count is in no params): a run may resume from a checkpoint written with other
+# values of these. The data order and the global batch stay the same; dropout masks are drawn
+# per micro-batch, so after a micro_batch_seqs change they follow the new split.
 _NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
-                   "checkpoint_interval_steps", "compile")
+                   "checkpoint_interval_steps", "compile", "micro_batch_seqs", "nproc")
 PROJECTION_STEPS = 3
 """Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
 
@@ -146,7 +157,8 @@ def validation_loss(
 
 class Meter:
     """Train loss and throughput every log_interval_steps and at the end (rank 0 logs), and
-    the cost projection: steps start+2 .. start+1+PROJECTION_STEPS timed, then the hours."""
+    the cost projection: steps start+2 .. start+1+PROJECTION_STEPS timed on the device (no
+    host sync), the hours logged at the next log point."""
 
     def __init__(self, cfg: Any, total_steps: int, start: int, flops_per_token: float,
                  device: torch.device, rank: int, kind: str, on_metrics: MetricsSink) -> None:
@@ -155,6 +167,8 @@ class Meter:
         self.tokens_per_step = cfg.batch_seqs * cfg.seq_len
         self.flops_per_token, self.on_metrics = flops_per_token, on_metrics
         self.timed_from = start + 1 if total_steps - start > PROJECTION_STEPS + 1 else None
+        self.stopwatch = Stopwatch(device)
+        self.marks: list[Any] | None = [] if self.timed_from else None
         self.planned_tokens = total_steps * self.tokens_per_step
         self.bar = progress(total=total_steps, initial=start, unit="step", disable=rank != 0,
                             desc=f"pretrain {kind}", mininterval=2.0, dynamic_ncols=True)
@@ -164,22 +178,30 @@ class Meter:
         return done % self.every == 0 or done == self.total
 
     def start_step(self, step: int) -> None:
-        if step == self.timed_from:
-            sync(self.device)
-            self.timed_t = time.perf_counter()
+        if step == self.timed_from and self.marks is not None:
+            self.marks.append(self.stopwatch.mark())
 
     def end_step(self, done: int) -> None:
         self.window_steps += 1
         self.bar.update(1)
         if self.timed_from is not None and done == self.timed_from + PROJECTION_STEPS:
-            sync(self.device)
-            rate = PROJECTION_STEPS * self.tokens_per_step / (time.perf_counter() - self.timed_t)
-            hours = cost_projection(0, self.flops_per_token, self.planned_tokens, rate)["hours"]
-            log.info("cost: %.0f tokens/s (%.4g FLOP/s) over steps %d-%d: %.2f h in all, "
-                     "%.2f h left", rate, rate * self.flops_per_token, self.timed_from + 1, done,
-                     hours, hours * (self.total - done) / self.total)
+            cast(list[Any], self.marks).append(self.stopwatch.mark())
+
+    def project(self, done: int) -> None:
+        """Log the projection once its steps are timed (called at a log point)."""
+        if self.marks is None or len(self.marks) < 2:
+            return
+        seconds = self.stopwatch.seconds(*self.marks)
+        self.marks = None
+        rate = PROJECTION_STEPS * self.tokens_per_step / seconds
+        hours = cost_projection(0, self.flops_per_token, self.planned_tokens, rate)["hours"]
+        first = cast(int, self.timed_from) + 1
+        log.info("cost: %.0f tokens/s (%.4g FLOP/s) over steps %d-%d: %.2f h in all, "
+                 "%.2f h left", rate, rate * self.flops_per_token, first,
+                 first + PROJECTION_STEPS - 1, hours, hours * (self.total - done) / self.total)
 
     def log(self, done: int, last: dict[str, float]) -> None:
+        self.project(done)
         elapsed = time.perf_counter() - self.window_t
         self.tokens_per_s = self.window_steps * self.tokens_per_step / elapsed
         self.window_t, self.window_steps = time.perf_counter(), 0
@@ -252,6 +274,16 @@ class Checkpointer:
             dist.barrier()
 
 
+def accumulation(cfg: Any, world: int) -> int:
+    """Micro-batches per rank and update: batch_seqs = micro_batch_seqs x this x ranks, else a
+    Gpt1Error naming the keys (checked before ranks are launched, and by each rank)."""
+    accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
+    if rem or accum < 1:
+        raise Gpt1Error(f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
+                        f"{cfg.micro_batch_seqs} x accumulation x {world} ranks")
+    return accum
+
+
 def pretrain(
     lm: GPT | LSTMLM,
     train_tokens: Sequence[np.ndarray],
@@ -271,12 +303,9 @@ def pretrain(
     device = run_device(params.device)
     precision = resolve_precision(cfg.precision, device)
     with distributed(device.type) as (rank, world), stop_on_signals() as stop:
-        accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
-        if rem or accum < 1:
-            raise Gpt1Error(
-                f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
-                f"{cfg.micro_batch_seqs} x accumulation x {world} ranks"
-            )
+        accum = accumulation(cfg, world)
+        if world > 1:
+            check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
         val = eval_windows(val_tokens, cfg.seq_len, cfg.eval_batches * cfg.micro_batch_seqs)
         total_steps = total_steps_for(cfg, sampler.windows_per_epoch)
@@ -286,12 +315,14 @@ def pretrain(
         key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
         start, history = _resume(run_dir, lm, optimizer, key, rank)
         loss_module = CausalLM(lm)
-        if cfg.compile:
-            loss_module.compile()  # in place: state_dict keys and DDP wrapping unchanged
         module: nn.Module = loss_module
         if world > 1:
             module = DistributedDataParallel(
                 loss_module, device_ids=[device.index] if device.type == "cuda" else None)
+        if cfg.compile:  # DDP compiled as the wrapper: its gradient all-reduce buckets then
+            # overlap backward (Dynamo's DDPOptimizer); in place, so state_dict keys and the
+            # DDP type (no_sync) stay; one process: the loss module, evaluation included
+            compile_or_eager(module, "pretrain.compile")
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
                  cfg.micro_batch_seqs, accum, world, precision, start)
@@ -323,8 +354,9 @@ def pretrain(
             watch.record(step, loss, norm, finite)
             done = step + 1
             meter.end_step(done)
-            if (meter.due(done) or evaluator.due(done) or checkpointer.due(done)
-                    or checkpointer.zero_shot_due(done)):
+            sync_point = (meter.due(done) or evaluator.due(done) or checkpointer.due(done)
+                          or checkpointer.zero_shot_due(done))
+            if sync_point:
                 watch.check(run_dir)  # the loop's only host syncs: log, eval, checkpoint, end
                 last = {"loss": loss.item(), "grad_norm": norm.item(), "lr": lr}
             if meter.due(done):
@@ -333,7 +365,8 @@ def pretrain(
                 evaluator.run(done, last)
             if checkpointer.zero_shot_due(done):
                 checkpointer.save_zero_shot(done)
-            stopping = stop_agreed(stop, world, device)
+            # ranks agree on a stop at sync points only (one process: every step, no sync)
+            stopping = (sync_point or world == 1) and stop_agreed(stop, world, device)
             if stopping:
                 watch.check(run_dir)  # a stop between log intervals saves checked weights too
             if checkpointer.due(done) or stopping:
@@ -365,20 +398,23 @@ def _resume(
     Checkpoints written with other trajectory-defining params are discarded (the run restarts),
     as DVC would have deleted a non-persistent output.
     """
+    ckpt = checkpoint.latest_checkpoint(run_dir)
+    state = checkpoint.read_checkpoint_state(ckpt) if ckpt is not None else {}
+    resumes = ckpt is not None and state.get("resume_key") == key
+    if resumes and ckpt is not None:
+        state = checkpoint.load_checkpoint(ckpt, lm, optimizer)
+    if dist.is_initialized():
+        dist.barrier()  # every rank has read what it needs before rank 0 deletes anything
     if rank == 0:
         checkpoint.remove_partial_writes(run_dir)
-    ckpt = checkpoint.latest_checkpoint(run_dir)
-    if ckpt is None:
-        return 0, []
-    state = checkpoint.read_checkpoint_state(ckpt)
-    if state.get("resume_key") != key:
+    if state and not resumes:
         log.warning("%s: written with other params; starting a fresh run", ckpt)
         if rank == 0:
             shutil.rmtree(run_dir / checkpoint.CKPT_DIR, ignore_errors=True)
             shutil.rmtree(run_dir / checkpoint.ZEROSHOT_DIR, ignore_errors=True)
         if dist.is_initialized():
             dist.barrier()
+    if not resumes:
         return 0, []
-    state = checkpoint.load_checkpoint(ckpt, lm, optimizer)
     log.info("resuming from %s (step %d)", ckpt, state["step"])
     return int(state["step"]), list(state["history"])

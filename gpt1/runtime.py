@@ -3,15 +3,25 @@
 Every stage asks `device()` for its device, so a process never mixes two choices; under
 torchrun each process takes the GPU of its LOCAL_RANK. `resolve_precision` turns the params'
 `auto | fp32 | bf16` into the precision this device runs fast, and `distributed` joins (and
-leaves) the process group torchrun describes in the environment.
+leaves) the process group torchrun describes in the environment. `launch_ranks` starts those
+processes for a pre-training stage (pretrain.nproc), `check_shared_dir` refuses a run
+directory some rank does not see, and `compile_or_eager` guards torch.compile.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -99,10 +109,45 @@ def to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     return batch.to(device)
 
 
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work (timing only; CPU work is synchronous)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def c_compiler() -> str | None:
+    """The C compiler torch.compile calls at run time (Inductor's C++ wrappers, Triton's GPU
+    launchers): $CC, else cc / gcc / clang on PATH; None when there is none."""
+    names = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    return next((found for found in map(shutil.which, names) if found), None)
+
+
+def compile_or_eager(module: torch.nn.Module, key: str) -> bool:
+    """torch.compile `module` in place (state_dict keys and DDP wrapping unchanged); where no C
+    compiler is found, leave it eager with one warning naming `key` and the fix, instead of a
+    compiler error in the middle of the first step. Returns whether it compiled."""
+    if c_compiler() is None:
+        log.warning("%s: no C compiler (cc, gcc or clang on PATH, or $CC), which torch.compile "
+                    "needs at run time: running eager (install one, e.g. apt-get install gcc)",
+                    key)
+        return False
+    module.compile()
+    return True
+
+
+class Stopwatch:
+    """Times queued device work without a host sync: CUDA events on a GPU, read (waited for)
+    only when asked, at a point that syncs anyway; the host clock on the CPU (synchronous)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if not self.cuda:
+            return float(end - start)
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
 
 
 @contextlib.contextmanager
@@ -121,6 +166,78 @@ def distributed(device_type: str) -> Iterator[tuple[int, int]]:
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+def ranks_to_launch(nproc: int | str, requested_device: str) -> int:
+    """How many processes a pre-training stage runs as on this node (pretrain.nproc): N, or
+    for `auto` one per GPU torch sees (1 on the CPU). More processes than GPUs stop here."""
+    gpus = torch.cuda.device_count() if requested_device != "cpu" else 0
+    if nproc == "auto":
+        return max(gpus, 1)
+    n = int(nproc)
+    if gpus and n > gpus:
+        raise Gpt1Error(f"pretrain.nproc: {n} processes, but torch sees {gpus} GPU(s) "
+                        "(one process per GPU; nproc: auto uses them all)")
+    return n
+
+
+def launched() -> bool:
+    """Whether this process is one rank of a launched group (torchrun set WORLD_SIZE)."""
+    return "WORLD_SIZE" in os.environ
+
+
+def _die_with_parent() -> None:
+    """In the launcher's process: SIGTERM it when this process dies (Linux prctl
+    PR_SET_PDEATHSIG), so ranks never outlive a killed stage."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def launch_ranks(nproc: int, argv: list[str]) -> tuple[int, int | None]:
+    """Run `python -m gpt1 ARGV` as `nproc` processes on this node with torch's elastic
+    launcher (torch.distributed.run --standalone) and wait. The launcher runs in its own
+    process group: a Ctrl-C or SIGTERM reaches it once, passed on by this process, and it
+    passes one to every rank (a second would stop them at once, unsaved). Returns the
+    launcher's exit code and the signal passed on (None if none)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", "-m", "gpt1", *argv]
+    log.info("launching %d processes: %s", nproc, " ".join(cmd[1:]))
+    child = subprocess.Popen(cmd, start_new_session=True,  # noqa: S603 (our interpreter)
+                             preexec_fn=_die_with_parent)  # noqa: PLW1509
+    received: list[int] = []
+
+    def pass_on(signum: int, _: object) -> None:
+        received.append(signum)
+        child.send_signal(signum)
+
+    forward = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return child.wait(), (received[0] if received else None)
+    finally:
+        for sig, handler in forward.items():
+            signal.signal(sig, handler)
+
+
+def check_shared_dir(run_dir: Path, rank: int, world: int, device: torch.device) -> None:
+    """Refuse (Gpt1Error, every rank) a run directory that not every rank sees: rank 0 writes
+    a token file there and every rank looks for it. Ranks on other nodes need the checkpoints
+    rank 0 writes (a shared filesystem mounted at the same path on every node)."""
+    token = [secrets.token_hex(8) if rank == 0 else ""]
+    dist.broadcast_object_list(token, src=0)
+    probe = Path(run_dir) / f".rank-check-{token[0]}"
+    if rank == 0:
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text(token[0], encoding="ascii")
+    dist.barrier()
+    seen = torch.tensor([int(probe.is_file())], device=device)
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    dist.barrier()
+    if rank == 0:
+        probe.unlink()
+    if not int(seen.item()):
+        raise Gpt1Error(f"run directory not shared by every rank: some of the {world} ranks do "
+                        "not see rank 0's files; multi-node pre-training needs a filesystem "
+                        "every node mounts at the same path (docs/gpu.md)", run_dir)
 
 
 def stop_agreed(stop: StopRequest, world: int, device: torch.device) -> bool:

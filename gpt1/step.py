@@ -19,7 +19,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from gpt1 import checkpoint
 from gpt1.errors import Gpt1Error
 from gpt1.runtime import autocast_for
 
@@ -118,6 +117,8 @@ class NonFiniteWatch:
         """Raise NonFiniteLossError naming the first bad step (0-based), if there was one."""
         first = int(self.first.item())
         if first >= 0:
+            from gpt1 import checkpoint  # here: one optimiser update needs no checkpoint code
+
             loss, norm = self.values.tolist()
             kept = checkpoint.latest_checkpoint(run_dir)
             raise NonFiniteLossError(

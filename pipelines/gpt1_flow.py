@@ -40,6 +40,7 @@ from gpt1 import tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from pipelines.dag import StagePlan, read_plan, select
+from pipelines.devices import DevicePool
 from pipelines.workcopy import workspace_for
 
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
@@ -120,15 +121,20 @@ def _dvc(args: list[str], root: Path, env: dict[str, str]) -> list[str]:
 @task(name="dvc-stage", task_run_name="{stage.name}", cache_policy=NO_CACHE,
       retry_condition_fn=retry_io_error)
 def run_stage(
-    stage: StagePlan, params: Params, root: str, env: dict[str, str], parent: str | None
+    stage: StagePlan, params: Params, root: str, env: dict[str, str], parent: str | None,
+    devices: DevicePool | None = None,
 ) -> dict[str, Any]:
     """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs; the stage's
-    MLflow run (nested under `parent`) gets its metrics files."""
+    MLflow run (nested under `parent`) gets its metrics files. With a device pool, the stage
+    runs on the devices it holds from it (CUDA_VISIBLE_DEVICES)."""
     where = Path(root)
     remote = params.orchestrate.dvc_remote
+    pool = devices or DevicePool(())
     with concurrency(STAGE_SLOTS, occupy=1, strict=True, raise_on_lease_renewal_failure=False), \
+            pool.hold(stage.base) as visible, \
             tracking.stage_run(stage.name, params, parent) as run_id:
         started = time.time()
+        env = {**env, **visible}
         stage_env = {**env, tracking.STAGE_RUN_ENV: run_id} if run_id else env
         if remote and stage.upstream:
             _dvc(["pull", "--allow-missing", "-r", remote, *stage.upstream], where, stage_env)
@@ -153,6 +159,7 @@ def run_graph(
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, orch.max_parallel_stages)
     futures: dict[str, PrefectFuture[dict[str, Any]]] = {}
+    devices = DevicePool(orch.devices)  # this flow run's stages share the worker's devices
     # one thread per stage: a stage waiting for its upstream holds a thread, not a slot
     runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=len(plan))
     with runner:
@@ -164,7 +171,7 @@ def run_graph(
             )
             futures[s.name] = runner.submit(
                 stage_task, {"stage": s, "params": params, "root": str(root), "env": env,
-                             "parent": parent},
+                             "parent": parent, "devices": devices},
                 wait_for=[futures[u] for u in s.upstream if u in futures],
             )
         wait(list(futures.values()))

@@ -70,7 +70,8 @@ class FusedEmbedding(TiedEmbedding):
     def row_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         dtype = _compute_dtype(h)  # the output layer runs in the autocast dtype, as F.linear
         h = h.reshape(-1, h.size(-1)).to(dtype)
-        return ops.head_losses(h, self.output_weight().to(dtype), targets, self.pool)
+        weight = self.output_weight()[: self.n_real]  # padded rows take no part in the loss
+        return ops.head_losses(h, weight.to(dtype), targets, self.pool)
 
 
 class FusedAttention(Attention):

@@ -1,4 +1,8 @@
-"""DDP with 2 CPU processes (gloo) and half the accumulation == 1 process, within 1e-5."""
+"""DDP with 2 CPU processes (gloo) and half the accumulation == 1 process, within 1e-5; the
+host syncs of a DDP step: none between the loop's sync points (log, eval, checkpoint).
+
+device: cpu throughout: these are the gloo paths, and on a GPU host LOCAL_RANK=1 would name a
+second GPU that a one-GPU machine does not have."""
 
 from __future__ import annotations
 
@@ -15,17 +19,61 @@ from gpt1.config import parse_params
 from tests.conftest import make_params_dict
 from tests.unit.test_train import VOCAB, _tokens
 
-OVERRIDES = {"pretrain": {"max_tokens": 12 * 4 * 32, "log_interval_steps": 1,
-                          "eval_interval_steps": 6, "precision": "fp32"}}
+OVERRIDES = {"device": "cpu", "pretrain": {"max_tokens": 12 * 4 * 32, "log_interval_steps": 1,
+                                           "eval_interval_steps": 6, "precision": "fp32"}}
+SPARSE = {"device": "cpu", "pretrain": {"max_tokens": 12 * 4 * 32, "log_interval_steps": 4,
+                                        "eval_interval_steps": 6, "checkpoint_interval_steps": 8,
+                                        "zero_shot_checkpoints": 0, "precision": "fp32"}}
+"""Sync points at updates 4, 6, 8 and 12 only: the updates between them must not sync."""
+NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+COMPILED = {**OVERRIDES, "model": NO_DROPOUT,
+            "pretrain": {**OVERRIDES["pretrain"], "compile": True}}
+"""DDP compiled as the wrapper; no dropout, whose compiled masks differ from eager ones."""
+RUNS = {"plain": OVERRIDES, "sparse": SPARSE, "compiled": COMPILED,
+        "eager": {**COMPILED, "pretrain": {**COMPILED["pretrain"], "compile": False}}}
 
 
-def _train(run_dir: Path, out: Path) -> None:
-    """One rank of a run; rank 0 writes the per-step losses and val losses to `out`."""
+def _count_host_syncs(syncs: list[int]) -> None:
+    """Record, for every host read of a tensor (.item, .tolist) and every stop agreement across
+    ranks, the number of updates done so far (patched into this process only)."""
+    import gpt1.pretraining as loop
+
+    done = [0]
+    step = loop.train_step
+
+    def counted_step(*args, **kwargs):
+        out = step(*args, **kwargs)
+        done[0] += 1
+        return out
+
+    for name in ("item", "tolist"):
+        read = getattr(torch.Tensor, name)
+
+        def counted_read(self, *args, _read=read, **kwargs):
+            syncs.append(done[0])
+            return _read(self, *args, **kwargs)
+
+        setattr(torch.Tensor, name, counted_read)
+    agree = loop.stop_agreed
+
+    def counted_agree(*args, **kwargs):
+        syncs.append(done[0])
+        return agree(*args, **kwargs)
+
+    loop.train_step, loop.stop_agreed = counted_step, counted_agree
+
+
+def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
+    """One rank of a run; rank 0 writes the per-step losses and val losses to `out`, and with
+    SPARSE logging every rank writes its host syncs to out.<rank>."""
     from gpt1.model import GPT
     from gpt1.pretraining import pretrain
 
     torch.set_num_threads(1)
-    params = parse_params(make_params_dict(run_dir.parent, OVERRIDES), "tiny")
+    syncs: list[int] = []
+    if run == "sparse":
+        _count_host_syncs(syncs)
+    params = parse_params(make_params_dict(run_dir.parent, RUNS[run]), "tiny")
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
     seen: list[tuple[int, dict]] = []
@@ -36,12 +84,15 @@ def _train(run_dir: Path, out: Path) -> None:
         losses = [m["loss"] for _, m in seen if "loss" in m]
         out.write_text(json.dumps({"losses": losses, "world": metrics["world_size"],
                                    "val": [h["val_loss"] for h in metrics["history"]]}))
+    if run == "sparse":
+        Path(f"{out}.{os.environ.get('RANK', '0')}").write_text(json.dumps(syncs))
 
 
-def _rank(rank: int, world: int, port: int, run_dir: Path, out: Path) -> None:
+def _rank(rank: int, world: int, port: int, run_dir: Path, out: Path,
+          run: str = "plain") -> None:
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    _train(run_dir, out)
+    _train(run_dir, out, run)
 
 
 def _free_port() -> int:
@@ -63,3 +114,166 @@ def test_two_process_gloo_equals_one_process(tmp_path, monkeypatch):
     assert len(a["losses"]) == len(b["losses"]) == 12
     for x, y in zip(a["losses"] + a["val"], b["losses"] + b["val"], strict=True):
         assert abs(x - y) <= 1e-5, (x, y)
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_compiled_ddp_wrapper_equals_one_eager_process(tmp_path, monkeypatch):
+    """pretrain.compile under DDP compiles the DDP wrapper (all-reduce overlapping backward):
+    2 compiled ranks give the losses of 1 eager process accumulating 2 (<= 1e-5)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    _train(tmp_path / "one" / "run", tmp_path / "eager.json", "eager")
+    (tmp_path / "two").mkdir()
+    out = tmp_path / "compiled.json"
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", out, "compiled"), nprocs=2)
+    a, b = json.loads((tmp_path / "eager.json").read_text()), json.loads(out.read_text())
+    assert len(a["losses"]) == len(b["losses"]) == 12
+    for x, y in zip(a["losses"] + a["val"], b["losses"] + b["val"], strict=True):
+        assert abs(x - y) <= 1e-5, (x, y)
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
+    """2 ranks, 12 updates, logging every 4, eval every 6, checkpoints every 8: each rank reads
+    the device (.item / .tolist) or agrees on a stop only after updates 4, 6, 8 and 12."""
+    out = tmp_path / "syncs.json"
+    (tmp_path / "two").mkdir()
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", out, "sparse"), nprocs=2)
+    for rank in (0, 1):
+        syncs = json.loads(Path(f"{out}.{rank}").read_text())
+        per_step = {done: syncs.count(done) for done in range(1, 13)}
+        assert {d for d, n in per_step.items() if n} == {4, 6, 8, 12}, per_step
+        assert per_step[4] >= 3  # loss, grad norm, stop agreement: the counter sees them
+
+
+def _load(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(path)
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch):
+    """`python -m gpt1 pretrain` with pretrain.nproc: 2 (device: cpu) runs 2 gloo ranks through
+    torch's elastic launcher, started by the stage itself (dvc.yaml's cmd unchanged); the final
+    weights equal one process accumulating the same 2 micro-batches, within 1e-5."""
+    from gpt1 import stages
+    from gpt1.__main__ import main
+    from tests.unit.test_checkpoint import _prepare
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    over = {"device": "cpu", "pretrain": {"max_tokens": 8 * 4 * 32, "precision": "fp32"}}
+    _, one = _prepare(tmp_path, "one", {**over, "pretrain": {**over["pretrain"], "nproc": 1}})
+    stages.pretrain(one)
+    two_file, two = _prepare(tmp_path, "two", {**over, "pretrain": {**over["pretrain"],
+                                                                      "nproc": 2}})
+    assert main(["--params", str(two_file), "pretrain"]) == 0
+    info = json.loads((Path(two.paths.metrics) / "pretrain.info.json").read_text())
+    assert json.dumps(info).count('"world_size": 2') == 1
+    a = _load(Path(one.paths.checkpoints) / "model.safetensors")
+    b = _load(Path(two.paths.checkpoints) / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] - b[name]).abs().max().item() <= 1e-5, name
+
+
+def _probe_rank(rank: int, port: int, dirs: list[Path], out: Path) -> None:
+    from gpt1 import runtime
+    from gpt1.errors import Gpt1Error
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        runtime.check_shared_dir(dirs[rank], rank, 2, torch.device("cpu"))
+        Path(f"{out}.{rank}").write_text("shared")
+    except Gpt1Error as err:
+        Path(f"{out}.{rank}").write_text(str(err))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_a_run_directory_not_shared_by_every_rank_is_refused(tmp_path):
+    """Multi-node: rank 1 with its own (unshared) folder at the run directory's place stops,
+    and so does rank 0, in one line each; a shared folder passes and is left clean."""
+    out = tmp_path / "probe"
+    shared = [tmp_path / "run"] * 2
+    mp.spawn(_probe_rank, args=(_free_port(), shared, out), nprocs=2)
+    assert [Path(f"{out}.{r}").read_text() for r in (0, 1)] == ["shared", "shared"]
+    assert list((tmp_path / "run").iterdir()) == []
+    apart = [tmp_path / "node0" / "run", tmp_path / "node1" / "run"]
+    mp.spawn(_probe_rank, args=(_free_port(), apart, out), nprocs=2)
+    for r in (0, 1):
+        said = Path(f"{out}.{r}").read_text()
+        assert said.startswith(f"{apart[r]}: run directory not shared by every rank"), said
+        assert "\n" not in said
+
+
+def test_nproc_auto_is_every_gpu_and_one_on_the_cpu(monkeypatch):
+    from gpt1 import runtime
+    from gpt1.errors import Gpt1Error
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert runtime.ranks_to_launch("auto", "auto") == 1
+    assert runtime.ranks_to_launch(2, "auto") == 2  # gloo processes on the CPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert runtime.ranks_to_launch("auto", "cuda") == 4
+    assert runtime.ranks_to_launch("auto", "cpu") == 1
+    assert runtime.ranks_to_launch(3, "cpu") == 3
+    with pytest.raises(Gpt1Error, match=r"pretrain.nproc: 8 processes, but torch sees 4 GPU"):
+        runtime.ranks_to_launch(8, "auto")
+
+
+def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_path, capsys,
+                                                                          monkeypatch):
+    from gpt1.__main__ import main
+    from tests.unit.test_checkpoint import _prepare
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    params_file, params = _prepare(tmp_path, "run", {"pretrain": {
+        "nproc": 2, "batch_seqs": 4, "micro_batch_seqs": 4}})
+    assert main(["--params", str(params_file), "pretrain"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpt1 pretrain: error: pretrain.batch_seqs=4 is not micro_batch_seqs=4 x "
+                   "accumulation x 2 ranks"]
+    assert not Path(params.paths.checkpoints).exists()
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_path):
+    """SIGTERM to `python -m gpt1 pretrain` (nproc 2) reaches each rank once: both save at the
+    same sync point and stop; the command exits 143 in one line and no rank outlives it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from gpt1 import checkpoint
+    from tests.unit.test_checkpoint import REPO, _prepare
+
+    params_file, params = _prepare(tmp_path, "run", {"device": "cpu", "pretrain": {
+        "nproc": 2, "max_tokens": 400 * 4 * 32, "log_interval_steps": 4,
+        "checkpoint_interval_steps": 8, "precision": "fp32"}})
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    proc = subprocess.Popen([sys.executable, "-m", "gpt1", "--params", str(params_file),
+                             "pretrain"], cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_dir = Path(params.paths.checkpoints)
+    deadline = time.monotonic() + 120
+    while checkpoint.latest_checkpoint(run_dir) is None and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.2)
+    ranks = psutil.Process(proc.pid).children(recursive=True)
+    assert len([r for r in ranks if "gpt1" in " ".join(r.cmdline())]) >= 3  # launcher + 2
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    psutil.wait_procs(ranks, timeout=30)
+    assert not [r for r in ranks if r.is_running()]
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == ("gpt1 pretrain: stopped (2 ranks); re-run to resume "
+                                            "from the latest checkpoint")
+    step = checkpoint.read_checkpoint_state(checkpoint.latest_checkpoint(run_dir))["step"]
+    assert step % 4 == 0 and step < 400  # saved at a sync point, not at the end
+    assert err.count(f"gpt1 pretrain: stopped at step {step}; re-run to resume") == 2, err
+    assert not (run_dir / checkpoint.MODEL_FILE).exists()

@@ -42,12 +42,18 @@ def _random_run(params, run_dir: Path, tok_hash: str, vocab: int) -> GPT:
     return model
 
 
-def test_random_tiny_model_matches_transformers(tiny_params, tmp_path):
-    params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
-        update={"n_merges": 40})})
+@pytest.mark.parametrize("pad", [1, 64])
+def test_random_tiny_model_matches_transformers(tiny_params, tmp_path, pad):
+    """Also with the output rows padded (model.vocab_pad_multiple): the export strips them."""
+    params = tiny_params.model_copy(update={
+        "bpe": tiny_params.bpe.model_copy(update={"n_merges": 40}),
+        "model": tiny_params.model.model_copy(update={"vocab_pad_multiple": pad})})
     tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
     model = _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    assert (model.tokens_embed.weight.shape[0] > tok.vocab_size) == (pad > 1)
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    assert exported["transformer.tokens_embed.weight"].shape[0] == tok.vocab_size
     idx = torch.randint(0, tok.vocab_size, (3, params.model.n_positions))
     diff = (_our_logits(model, idx) - _hf_logits(tmp_path / "hf", idx)).abs().max().item()
     assert diff <= 1e-4, diff
@@ -209,3 +215,22 @@ def test_export_into_an_empty_folder(tiny_params, tmp_path):
     assert (out / "model.safetensors").is_file()
     assert sorted(p.name for p in (tmp_path / "w").iterdir()) == ["hf", "params.yaml", "run",
                                                                   "tok"]
+
+
+def test_run_written_before_vocabulary_padding_still_loads(tiny_params, tmp_path):
+    """A model.json without model.vocab_pad_multiple (older runs) loads as unpadded and exports."""
+    params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
+        update={"n_merges": 40})})
+    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
+    raw = params.as_dict()
+    del raw["model"]["vocab_pad_multiple"]
+    model = GPT(params.model, tok.vocab_size)
+    checkpoint.write_model(tmp_path / "run", model, {"kind": "gpt", "vocab_size": tok.vocab_size,
+                                                     "tokenizer_hash": tok.hash, "params": raw,
+                                                     "step": 0})
+    loaded, _ = checkpoint.load_model(tmp_path / "run", tok.hash)
+    assert torch.equal(loaded.tokens_embed.weight, model.tokens_embed.weight)
+    export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
+    idx = torch.randint(0, tok.vocab_size, (2, params.model.n_positions))
+    diff = (_our_logits(model, idx) - _hf_logits(tmp_path / "hf", idx)).abs().max().item()
+    assert diff <= 1e-4, diff

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from gpt1 import atomic, checkpoint, stages
 from gpt1.errors import Gpt1Error
@@ -199,3 +200,22 @@ def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
     assert rerun.wait(timeout=120) == 0, rerun.stderr.read()
     assert not temps() and not any(p.exists() for p in left)
     assert (out / "index.json").is_file()
+
+
+def test_finetune_runs_where_the_params_say_on_a_gpu_host(make_params, tmp_path, monkeypatch):
+    """device: cpu on a host where torch sees a GPU: finetune_task's default device is the
+    params' (hp.device), so it never touches CUDA (`auto` would pick cuda:0 here)."""
+    params = make_params({"device": "cpu", "finetune": {"init": "scratch", "epochs": 1}})
+    hp = resolve_hparams(params, "sst2")
+    assert hp.device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("CUDA touched")
+
+    monkeypatch.setattr(torch.cuda, "set_device", no_cuda)
+    data = {"train": _tiny_split(16, 0), "dev": _tiny_split(8, 1), "test": _tiny_split(8, 2)}
+    make_body = body_factory("scratch", None, None, lambda: GPT(params.model, 16), n_special=3)
+    result = finetune_task(TASKS["sst2"], hp, data, make_body, tmp_path / "sst2",
+                           lambda step, m: None)
+    assert result["n_train"] == 16

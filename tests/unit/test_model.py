@@ -259,3 +259,34 @@ def test_tied_lookup_under_autocast_matches_separate_uses(use_head):
         grads.append(emb.weight.grad.clone())
     assert x.dtype == torch.float32
     torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("backend", ["torch", "cpu_fused"])
+def test_padded_vocabulary_keeps_the_real_logits_loss_and_gradients(tiny_params, backend):
+    """model.vocab_pad_multiple 64 pads 50 output rows to 64: the real vocabulary's logits, the
+    loss and every gradient equal the unpadded model's (fp32, <= 1e-6; same init draws), the
+    padded rows stay zero with zero gradient, and they are not counted as parameters."""
+    idx = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
+    runs = []
+    for multiple in (1, 64):
+        torch.manual_seed(0)
+        model = GPT(_cfg(tiny_params, vocab_pad_multiple=multiple), vocab_size=50)
+        assert apply_backend(model, backend, CPU) == backend
+        torch.manual_seed(2)
+        h = model.train()(idx[:, :-1])
+        loss = model.lm_losses(h, idx[:, 1:]).mean()
+        loss.backward()
+        runs.append((model, model.lm_logits(h).detach(), loss.detach()))
+    (plain, plain_logits, plain_loss), (padded, padded_logits, padded_loss) = runs
+    assert tuple(padded.tokens_embed.weight.shape) == (64, tiny_params.model.n_embd)
+    assert count_parameters(padded) == count_parameters(plain)
+    assert padded_logits.shape == plain_logits.shape == (3, 8, 50)
+    assert (padded_logits - plain_logits).abs().max().item() <= 1e-6
+    assert (padded_loss - plain_loss).abs().item() <= 1e-6
+    pad_grad = padded.tokens_embed.weight.grad
+    assert not padded.tokens_embed.weight[50:].any() and not pad_grad[50:].any()
+    grads = dict(plain.named_parameters())
+    for name, p in padded.named_parameters():
+        ref = grads[name].grad
+        got = p.grad[: ref.shape[0]]
+        assert (got - ref).abs().max().item() <= 1e-6, name

@@ -44,6 +44,15 @@ def _run(params, run_dir, on_metrics=lambda s, m: None):
     return pretrain(model, train, val, params, run_dir, meta, 1.0, on_metrics)
 
 
+class CrashError(Exception):
+    pass
+
+
+def _crash_at_12(step, metrics):
+    if step == 12:
+        raise CrashError
+
+
 def _loss(model, batch):
     return model(batch)
 
@@ -85,18 +94,12 @@ def test_pretrain_learns_and_writes_outputs(make_params, tmp_path):
 
 
 def test_crash_then_rerun_equals_uninterrupted(make_params, tmp_path):
-    params = make_params({"pretrain": {"precision": "fp32"}})
+    # device: cpu: bit-identical resumes are promised on the CPU only (not by CUDA's kernels)
+    params = make_params({"device": "cpu", "pretrain": {"precision": "fp32"}})
     _run(params, tmp_path / "a")
 
-    class CrashError(Exception):
-        pass
-
-    def crash_at_12(step, metrics):
-        if step == 12:
-            raise CrashError
-
     with pytest.raises(CrashError):
-        _run(params, tmp_path / "b", crash_at_12)
+        _run(params, tmp_path / "b", _crash_at_12)
     assert checkpoint.latest_checkpoint(tmp_path / "b").name == "step_00000008"
     _run(params, tmp_path / "b")
     for name in ["model.safetensors", "zeroshot/step_00000032.safetensors"]:
@@ -170,3 +173,28 @@ def test_resolve_precision():
     assert resolve_precision("auto", cpu) in ("fp32", "bf16")
     with pytest.raises(ValueError):
         resolve_precision("fp16", cpu)
+
+
+def test_other_micro_batch_split_resumes_from_the_latest_checkpoint(make_params, tmp_path, caplog):
+    """micro_batch_seqs 2 -> 1 (global batch 4 either way) resumes at the step-8 checkpoint
+    instead of deleting it; without dropout the result equals the run never split otherwise."""
+    no_dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+    def params_for(micro):
+        return make_params({"device": "cpu", "model": no_dropout,
+                            "pretrain": {"precision": "fp32", "micro_batch_seqs": micro}})
+
+    _run(params_for(2), tmp_path / "a")
+
+    with pytest.raises(CrashError):
+        _run(params_for(2), tmp_path / "b", _crash_at_12)
+    with caplog.at_level("INFO", logger="gpt1.pretraining"):
+        _run(params_for(1), tmp_path / "b")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("resuming from ") and m.endswith("(step 8)") for m in messages)
+    assert not any("starting a fresh run" in m for m in messages)
+    a, _ = checkpoint.load_model(tmp_path / "a", "h" * 64)
+    b, meta = checkpoint.load_model(tmp_path / "b", "h" * 64)
+    assert meta["params"]["pretrain"]["micro_batch_seqs"] == 1
+    for name, value in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[name], value, rtol=1e-5, atol=1e-5)

@@ -134,7 +134,8 @@ def test_compiled_pretrain_matches_eager(make_params, tmp_path, caplog):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     for compiled in (False, True):
-        params = make_params({"model": {**NO_DROPOUT, "n_layer": 1},
+        params = make_params({"device": "cpu",  # the CPU backend's compiled custom ops
+                              "model": {**NO_DROPOUT, "n_layer": 1},
                               "pretrain": {"precision": "fp32", "max_tokens": 384,
                                            "log_interval_steps": 1, "compile": compiled}})
         seen: list[tuple[int, dict[str, float]]] = []
@@ -175,3 +176,23 @@ def test_a_few_steps_on_cuda(make_params, tmp_path):
     assert metrics["precision"] == "bf16"
     history = metrics["history"]
     assert history[-1]["val_loss"] < history[0]["val_loss"] - 0.5
+
+
+def test_compile_without_a_c_compiler_falls_back_to_eager_with_one_warning(monkeypatch, caplog):
+    """torch.compile needs a C compiler at run time: without one the module stays eager and one
+    warning names the key and the fix; with one it is compiled in place."""
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: None)
+    module = torch.nn.Linear(2, 2)
+    with caplog.at_level(logging.WARNING, logger="gpt1.runtime"):
+        assert runtime.compile_or_eager(module, "pretrain.compile") is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "pretrain.compile: no C compiler (cc, gcc or clang on PATH, or $CC), which torch.compile "
+        "needs at run time: running eager (install one, e.g. apt-get install gcc)"]
+    assert module._compiled_call_impl is None
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert runtime.c_compiler() == "/usr/bin/cc"
+    monkeypatch.setenv("CC", "clang")
+    assert runtime.c_compiler() == "/usr/bin/clang"
+    assert runtime.compile_or_eager(module, "pretrain.compile") is True
+    assert module._compiled_call_impl is not None
