@@ -166,13 +166,17 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
 
         runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
         nproc = (runtime.ranks_to_launch(params.pretrain.nproc, params.device)
-                 if name in LAUNCHED_STAGES and not runtime.launched() else 1)
+                 if name in LAUNCHED_STAGES and not runtime.launched()
+                 and params.pretrain.import_hf is None else 1)  # an import trains nothing
         if nproc > 1:
             # this process launches the ranks and waits; each rank runs the stage
             from gpt1.pretraining import accumulation
 
             accumulation(params.pretrain, nproc)  # the batch splits over the ranks, or stop
-            code, signum = runtime.launch_ranks(nproc, ["--params", params_path, name])
+            stage_args = [a for k, v in kwargs.items() if v is not None
+                          for a in (f"--{k.replace('_', '-')}", str(v))]  # --pretrain-seed
+            code, signum = runtime.launch_ranks(nproc, ["--params", params_path, name,
+                                                        *stage_args])
             if signum is not None:
                 raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "
                                    "checkpoint", signum)

@@ -156,7 +156,7 @@ def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch)
     """`python -m gpt1 pretrain` with pretrain.nproc: 2 (device: cpu) runs 2 gloo ranks through
     torch's elastic launcher, started by the stage itself (dvc.yaml's cmd unchanged); the final
     weights equal one process accumulating the same 2 micro-batches, within 1e-5."""
-    from gpt1 import stages
+    from gpt1 import checkpoint, stages
     from gpt1.__main__ import main
     from tests.unit.test_checkpoint import _prepare
 
@@ -166,11 +166,12 @@ def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch)
     stages.pretrain(one)
     two_file, two = _prepare(tmp_path, "two", {**over, "pretrain": {**over["pretrain"],
                                                                       "nproc": 2}})
-    assert main(["--params", str(two_file), "pretrain"]) == 0
-    info = json.loads((Path(two.paths.metrics) / "pretrain.info.json").read_text())
+    seed = two.pretrain.seeds[0]  # the launcher passes --pretrain-seed on to every rank
+    assert main(["--params", str(two_file), "pretrain", "--pretrain-seed", str(seed)]) == 0
+    info = json.loads((Path(two.paths.metrics) / f"pretrain_p{seed}.info.json").read_text())
     assert json.dumps(info).count('"world_size": 2') == 1
-    a = _load(Path(one.paths.checkpoints) / "model.safetensors")
-    b = _load(Path(two.paths.checkpoints) / "model.safetensors")
+    a = _load(checkpoint.pretrain_dir(one, "gpt") / "model.safetensors")
+    b = _load(checkpoint.pretrain_dir(two, "gpt", seed) / "model.safetensors")
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max().item() <= 1e-5, name
