@@ -386,6 +386,9 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                "dev_split": (f"{len(dev)} examples carved (seed {cfg.seed}) from the "
                              f"{len(pool)}-example training pool ({spec.sources['train']}); "
                              "trained on the rest, capped as the task's fine-tuning"),
+               "chosen_by": ("dev " + ("accuracy" if spec.metric == "f1" else spec.metric)
+                             + "; predictions >= 95 % one class rank last; ties to the earlier "
+                             "lr of the grid"),
                "pretrain_seed": seed, "seed": cfg.seed}
     _record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"))
     return metrics
