@@ -236,7 +236,7 @@ def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gpt1 pretrain: error: pretrain.batch_seqs=4 is not micro_batch_seqs=4 x "
                    "accumulation x 2 ranks"]
-    assert not Path(params.paths.checkpoints).exists()
+    assert not Path(params.paths.checkpoints).exists()  # no seed's run directory either
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
@@ -260,7 +260,7 @@ def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_pa
     proc = subprocess.Popen([sys.executable, "-m", "gpt1", "--params", str(params_file),
                              "pretrain"], cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    run_dir = Path(params.paths.checkpoints)
+    run_dir = checkpoint.pretrain_dir(params, "gpt")
     deadline = time.monotonic() + 120
     while checkpoint.latest_checkpoint(run_dir) is None and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()
