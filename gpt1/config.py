@@ -429,8 +429,9 @@ class AblationsCfg(Section):
         unknown = [v for v in (*self.variants, *self.pilot.variants) if v not in self.presets]
         if unknown:
             raise ValueError(f"ablations.variants: {unknown} not in ablations.presets")
-        if not self.pilot.variants:
-            raise ValueError("ablations.pilot.variants: must list at least one variant")
+        stray = [v for v in self.pilot.variants if v not in self.variants]
+        if stray:  # the pilot runs per row of ablations.variants (dvc.yaml lr_pilot)
+            raise ValueError(f"ablations.pilot.variants: {stray} not in ablations.variants")
         return self
 
 

@@ -356,11 +356,18 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     scored on that split; the best (degenerate predictors last, ties to the earlier lr) is the
     ablation's lr. Runs on the first pre-training seed. No scored split is touched."""
     cfg = params.ablations.pilot
-    if variant not in cfg.variants or task not in params.ablations.tasks:
-        raise Gpt1Error(f"{variant!r} / {task!r}: not in ablations.pilot.variants "
-                        f"{list(cfg.variants)} x ablations.tasks {list(params.ablations.tasks)}")
+    abl = params.ablations
+    if variant not in abl.variants or task not in abl.tasks:
+        raise Gpt1Error(f"{variant!r} / {task!r}: not in ablations.variants "
+                        f"{list(abl.variants)} x ablations.tasks {list(abl.tasks)}")
     spec, seed = _task_spec(params, task), params.pretrain.seeds[0]
     base = Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}"
+    if variant not in cfg.variants:  # a row the pilot does not tune runs at the recipe's lr
+        why = {"variant": variant, "task": task,
+               "not_piloted": "not in ablations.pilot.variants: the fine-tuning recipe's lr"}
+        atomic.write_json(base / "not_piloted.json", why)
+        _record(params, f"lr_pilot_{variant}_{task}", why, ())
+        return why
     pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
     if len(pool) < 2 * cfg.dev_examples:
         raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "

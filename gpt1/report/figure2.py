@@ -98,6 +98,8 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                           label=f"{task.upper()} {split}")
     bands = bands or {}
     for task, band in bands.get("left", {}).items():
+        if not band:  # no point with a CI
+            continue
         ks, lo, hi = zip(*band, strict=True)
         ax_l.fill_between(ks, [100 * v for v in lo], [100 * v for v in hi],
                           color=colors(list(left).index(task)), alpha=0.15, linewidth=0)
@@ -123,7 +125,7 @@ def draw_figure2(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                       label=f"{task.upper()} ({MODEL_LABELS.get(model, model)})")
     for model, per_task in bands.get("right", {}).items():
         for task, band in per_task.items():
-            if task in tasks:
+            if task in tasks and band:  # a task with no point with a CI draws no band
                 steps, lo, hi = zip(*band, strict=True)
                 ax_r.fill_between(steps, lo, hi, color=colors(tasks.index(task)),
                                   alpha=0.12 if model == "transformer" else 0.06, linewidth=0)
@@ -248,18 +250,19 @@ def zeroshot_bands(params: Params, metrics: Metrics
         for task in sorted(set.intersection(*(set(p) for _, p in preds))):
             band = []
             for step in sorted(set.intersection(*(set(p[task]) for _, p in preds))):
-                terms = []
+                runs = {}  # one run per pre-training seed, all scored on the same examples
                 for m, p in preds:
                     y, yhat = p[task][step]
-                    norm = m["norm"][task]
-                    run = {(int(m.get("pretrain_seed", 0)), 0):
-                           Preds(np.arange(len(y)), y, yhat, np.full(len(y), ""))}
-                    terms.append(Term(task, norm["metric"], None, run,
-                                      1.0 / (norm["sota"] - norm["random"]), norm["random"]))
-                b = run_contrast(terms, params)
+                    runs[(int(m.get("pretrain_seed", 0)), 0)] = Preds(
+                        np.arange(len(y)), y, yhat, np.full(len(y), ""))
+                norm = preds[0][0]["norm"][task]
+                b = run_contrast([Term(task, norm["metric"], None, runs,
+                                       1.0 / (norm["sota"] - norm["random"]), norm["random"])],
+                                 params)
                 if b is not None:
                     band.append((step, b.ci.low, b.ci.high))
-            out.setdefault(model, {})[task] = band
+            if band:
+                out.setdefault(model, {})[task] = band
     return out
 
 

@@ -51,8 +51,16 @@ def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
                   lambda: stages.zeroshot(tiny_params, 7)):
         with pytest.raises(Gpt1Error, match=r"pre-training seed 7 not in pretrain.seeds \[1234\]"):
             stage()
-    with pytest.raises(Gpt1Error, match="not in ablations.pilot.variants"):
-        stages.lr_pilot(tiny_params, "sst2", "no_aux")
+    with pytest.raises(Gpt1Error, match="not in ablations.variants"):
+        stages.lr_pilot(tiny_params, "sst2", "bogus")
+
+
+def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(tiny_params) -> None:
+    assert "no_aux" not in tiny_params.ablations.pilot.variants
+    out = stages.lr_pilot(tiny_params, "sst2", "no_aux")
+    assert "chosen_lr" not in out and out["not_piloted"].startswith("not in ablations.pilot")
+    base = Path(tiny_params.paths.finetuned) / "lr_pilot" / "no_aux_sst2"
+    assert [p.name for p in base.iterdir()] == ["not_piloted.json"]  # the stage's DVC output
 
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:

@@ -90,12 +90,13 @@ def test_bad_values_named(section: str, key: str, value: object, needle: str) ->
 @pytest.mark.parametrize(("pilot", "needle"), [
     ({"lr_grid": [1e-4]}, "ablations.pilot.lr_grid"),
     ({"lr_grid": [1e-4, -1.0]}, "ablations.pilot.lr_grid"),
-    ({"variants": []}, "ablations.pilot.variants"),
+    ({"variants": ["scratch"]}, "ablations.pilot.variants: ['scratch'] not in ablations.variants"),
     ({"variants": ["bogus"]}, "not in ablations.presets"),
     ({"dev_examples": 0}, "ablations.pilot.dev_examples"),
 ])
 def test_bad_lr_pilot_named(pilot: dict[str, object], needle: str) -> None:
     raw = _raw()
+    raw["ablations"]["variants"] = ["no_aux"]  # a pilot of a row that does not run: refused
     raw["ablations"]["pilot"].update(pilot)
     with pytest.raises(ParamsError) as info:
         parse_params(raw, "p.yaml")
