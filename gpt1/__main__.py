@@ -79,6 +79,7 @@ def quiet_telemetry() -> None:
         "DVC_NO_ANALYTICS": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "TOKENIZERS_PARALLELISM": "true",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # no progress bars in stage logs
         "MLFLOW_TRACKING_URI": f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}",
     }
     for key, value in defaults.items():

@@ -86,6 +86,50 @@ def check_inputs(spec: TaskSpec, rows: Sequence[dict[str, Any]]) -> None:
                             "task; leave it out")
 
 
+def input_columns(spec: TaskSpec) -> dict[str, bool]:
+    """The input columns a task reads (its pyfunc signature) -> whether each is required, as
+    `check_inputs` demands: `text_b` for a pair task, `choices` (+ an optional `text_b`, the
+    question of RACE) for a multiple-choice task."""
+    if spec.fmt == "choice":
+        return {"text": True, "text_b": False, "choices": True}
+    if spec.fmt in ("entail", "similarity"):
+        return {"text": True, "text_b": True}
+    return {"text": True}
+
+
+def example_inputs(spec: TaskSpec, table: pd.DataFrame, n: int = 2) -> list[dict[str, Any]]:
+    """The first `n` rows of a canonical task table in the task's input columns: the input
+    example of its MLflow model (an empty optional text_b is left out as None)."""
+    cols = input_columns(spec)
+    rows = []
+    for _, row in table.head(n).iterrows():
+        out: dict[str, Any] = {"text": str(row["text_a"])}
+        if "text_b" in cols:
+            out["text_b"] = str(row["text_b"]) or (None if not cols["text_b"] else "")
+        if "choices" in cols:
+            out["choices"] = [str(c) for c in row["choices"]]
+        rows.append(out)
+    return rows
+
+
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Pyfunc input (columns text, text_b, choices: a list or a JSON list) -> classify rows;
+    a missing text_b (None, NaN) is empty."""
+
+    def text(value: Any) -> str:
+        return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+    def answers(value: Any) -> list[str]:
+        if value is None or (isinstance(value, float) and value != value):
+            return []
+        return [str(c) for c in (json.loads(value) if isinstance(value, str) else value)]
+
+    n = len(frame)
+    column = {c: list(frame[c]) if c in frame else [None] * n for c in ("text_b", "choices")}
+    return [{"text_a": text(t), "text_b": text(column["text_b"][i]),
+             "choices": answers(column["choices"][i])} for i, t in enumerate(frame["text"])]
+
+
 def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
                     kind: str, tok: Any) -> None:
     """Write a fine-tuned TaskModel with what `load_task_model` needs to rebuild it."""

@@ -191,20 +191,27 @@ MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking
 """Input example of the MLflow models (raw text, standardised by the model)."""
 
 
-def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any) -> None:
-    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>); the
+def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any,
+               table: pd.DataFrame | None = None) -> None:
+    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>), its
+    input example the first rows of the task's dev `table` in the task's input columns; the
     LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
     if kind != "gpt":
         for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
             tracking.log_artifact(Path(model_dir) / name, "model")
         return
-    if spec is None:
-        outputs, name = {"loss": "double"}, "gpt1-pretrain"
+    if spec is None or table is None:
+        example, name = [{"text": MODEL_EXAMPLE}], "gpt1-pretrain"
+        about = ("GPT-1 pre-trained language model: input `text` (raw), output `loss`, its "
+                 "mean next-token cross-entropy in nats.")
     else:
-        outputs = ({"score": "double"} if spec.regression
-                   else {"label": "string", "probabilities": "string"})
-        name = f"gpt1-{spec.name}"
-    tracking.log_model(model_dir, params.paths.tokenizer, name, [MODEL_EXAMPLE], outputs)
+        example, name = predict.example_inputs(spec, table), f"gpt1-{spec.name}"
+        columns = ", ".join(f"`{c}`" + ("" if need else " (optional)")
+                            for c, need in predict.input_columns(spec).items())
+        about = (f"GPT-1 fine-tuned on {spec.title}: inputs {columns} (raw text), the same "
+                 "answers as `gpt1 predict`: " + ("`score`." if spec.regression else
+                                                   "`label` and `probabilities` (JSON)."))
+    tracking.log_model(model_dir, params.paths.tokenizer, name, example, about)
 
 
 # ---------------------------------------------------------------- fine-tuning
@@ -285,7 +292,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save,
                                runtime.device(params.device))
         if save is not None:
-            _log_model(params, model_dir, kind, spec)
+            _log_model(params, model_dir, kind, spec, capped["dev"])
         atomic.write_json(out_dir / "result.json", result)
         metrics = records.finetune_record(params, spec, hp, kind, variant, result, sample,
                                            out_dir)
