@@ -1,4 +1,4 @@
-"""`gpt1 predict --task T TEXT...`: score text with a fine-tuned model (label + probabilities).
+"""`gpt1 predict [--model MODEL] [--task T] TEXT...`: score text with a fine-tuned model.
 
 The finetune stage saves the first seed's selected model in <paths.finetuned>/<task>/model
 (`save_task_model`: weights + model.json with the params, task and tokenizer hash, digest-
@@ -40,22 +40,25 @@ MODEL_DIR = "model"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="a fine-tuned task (finetune.tasks); must be the "
-                        "model's own; default: the task --model-dir was fine-tuned on")
+                        "model's own; default: the task --model was fine-tuned on")
     parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
     parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
-    parser.add_argument("--model-dir", help="default: <paths.finetuned>/<task>/model")
+    parser.add_argument("--model", "--model-dir", dest="model",
+                        help="a fine-tuned model folder, an export-hf folder or "
+                             "models:/name/version (default: <paths.finetuned>/<task>/model)")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 predict`: one JSON line per text (label, probabilities)."""
-    if args.model_dir is None and args.task is None:
-        raise Gpt1Error("--task: name the task (or --model-dir, a model that records its task)")
-    if args.model_dir is None and args.task not in params.finetune.tasks:
+    if args.model is None and args.task is None:
+        raise Gpt1Error("--task: name the task (or --model, a model that records its task)")
+    if args.model is None and args.task not in params.finetune.tasks:
         raise Gpt1Error(f"--task: unknown task {args.task!r}; finetune.tasks = "
                         f"{list(params.finetune.tasks)}")
-    model_dir = args.model_dir or Path(params.paths.finetuned) / args.task / MODEL_DIR
-    model, tok, spec, saved = load_task_model(model_dir, params.paths.tokenizer)
+    model_dir = args.model or Path(params.paths.finetuned) / args.task / MODEL_DIR
+    model, tok, spec, saved = load_task_model(
+        model_dir, getattr(args, "tokenizer", None) or params.paths.tokenizer)
     if args.task is not None and args.task != spec.name:
         raise Gpt1Error(f"--task {args.task}: this model was fine-tuned on {spec.name}; pass "
                         f"--task {spec.name} or leave --task out",

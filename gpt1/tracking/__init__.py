@@ -26,7 +26,7 @@ from gpt1.tracking.lineage import (
     stage_name,
     stage_sections,
 )
-from gpt1.tracking.pyfunc import log_model, pyfunc_model
+from gpt1.tracking.pyfunc import download_model, log_model, pyfunc_model
 from gpt1.tracking.runs import (
     MetricsSink,
     log_artifact,
@@ -38,6 +38,7 @@ from gpt1.tracking.store import check_store, tracking_uri
 
 __all__ = [
     "PARENT_ENV", "STAGE_ENV", "STAGE_RUN_ENV", "MetricsSink", "check_store", "child_runs",
+    "download_model",
     "flatten", "git_commit", "log_artifact", "log_model", "log_summary", "log_text",
     "pipeline_run", "pyfunc_model", "record_stage", "repro_invocation", "run_url",
     "stage_name", "stage_run", "stage_sections", "start_run", "tracking_uri",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd  # at module level: MLflow resolves the predict type hint through it
 
+from gpt1.errors import Gpt1Error
 from gpt1.tracking.runs import active
 
 log = logging.getLogger(__name__)
@@ -153,3 +154,22 @@ def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: 
     log.info("MLflow model %s registered as %s version %s (alias current)", info.model_uri,
              registered_name, version)
     return str(info.model_uri)
+
+
+def download_model(uri: str, tracking_uri: str | None, dest: Path) -> tuple[Path, Path]:
+    """The model and tokenizer folders of a logged gpt1 model (models:/name/version,
+    models:/name@alias, runs:/id/model), downloaded into `dest`."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        root = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dest),
+                                                        tracking_uri=tracking_uri))
+    except MlflowException as err:
+        first = next(iter(str(err).strip().splitlines()), "")
+        raise Gpt1Error(f"--model {uri}: {first}", tracking_uri or "MLFLOW_TRACKING_URI"
+                        ) from None
+    model, tok = root / "artifacts" / "model", root / "artifacts" / "tokenizer"
+    if not model.is_dir():
+        raise Gpt1Error(f"--model {uri}: not a gpt1 pyfunc model (no artifacts/model)", root)
+    return model, tok

@@ -104,3 +104,26 @@ def test_choice_task_model_reads_choices_and_answers_as_predict(registered) -> N
     assert probs == [e["probabilities"] for e in expected]
     client = MlflowClient(params.tracking.uri)
     assert "`choices`" in client.get_registered_model("gpt1-story_cloze").description
+
+
+def test_predict_cli_reads_a_registered_model(registered, capsys, tmp_path, monkeypatch) -> None:
+    """`gpt1 predict --model models:/gpt1-rte/1` answers as the fine-tuned model does, in the
+    repo (store from params) and outside it (store from MLFLOW_TRACKING_URI, no params file)."""
+    from gpt1.__main__ import main
+
+    params, dirs = registered
+    params_file = tmp_path / "params.json"
+    params_file.write_text(json.dumps(params.as_dict()))
+    inputs = [PREMISE, "--text-b", HYPOTHESES[1]]
+    (expected,) = _cli_rows(params, dirs["rte"], [{"text_a": PREMISE, "text_b": HYPOTHESES[1]}])
+    capsys.readouterr()
+    assert main(["--params", str(params_file), "predict", "--model", "models:/gpt1-rte/1",
+                 *inputs]) == 0
+    assert json.loads(capsys.readouterr().out)["probabilities"] == expected["probabilities"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", params.tracking.uri)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # no params.yaml, no repository
+    assert main(["predict", "--model", "models:/gpt1-rte@current", *inputs]) == 0
+    assert json.loads(capsys.readouterr().out)["probabilities"] == expected["probabilities"]
+    assert main(["predict", "--model", "models:/gpt1-nope/1", *inputs]) == 2
+    assert "gpt1-nope" in capsys.readouterr().err
