@@ -55,6 +55,10 @@ DEVICE_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "ablation", 
 # Stages taking more arguments than --task: stage -> {argument: type} (all required).
 STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
                                           "transfer_layers": {"layers": int}}
+# The matrix keys of dvc.yaml's matrix stages, in dvc.yaml's order (DVC joins them with "-").
+ADDRESS_KEYS: dict[str, tuple[str, ...]] = {"ablation": ("variant", "task"),
+                                            "transfer_layers": ("task", "layers")}
+UNTRACKED: set[str] = {"scan_mirror"}  # runs on every `dvc repro` and logs nothing: no run
 ARG_HELP: dict[str, str] = {
     "task": "one of the paper's 12 tasks (params finetune.tasks says which ones run)",
     "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
@@ -203,7 +207,19 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
     records.start_clock(started)
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])
-    return fn(params, **kwargs)
+    if name in UNTRACKED or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs
+        return fn(params, **kwargs)
+    with tracking.stage_scope(stage_address(name, kwargs), params):  # open before the work
+        return fn(params, **kwargs)
+
+
+def stage_address(name: str, kwargs: dict[str, Any]) -> str:
+    """The stage's DVC address (finetune@rte, ablation@scratch-sst2): DVC's $DVC_STAGE under
+    dvc repro, else built as dvc.yaml's foreach / matrix keys name it."""
+    if os.environ.get("DVC_STAGE"):
+        return os.environ["DVC_STAGE"]
+    keys = ADDRESS_KEYS.get(name, ("task",) if name in TASK_STAGES else ())
+    return "@".join([name, *(["-".join(str(kwargs[k]) for k in keys)] if keys else [])])
 
 
 def main(argv: list[str] | None = None) -> int:

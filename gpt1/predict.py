@@ -100,6 +100,15 @@ def input_columns(spec: TaskSpec) -> dict[str, bool]:
     return {"text": True}
 
 
+def describe(spec: TaskSpec) -> str:
+    """What a task's model reads and answers (its registered MLflow model's description)."""
+    columns = ", ".join(f"`{c}`" + ("" if need else " (optional)")
+                        for c, need in input_columns(spec).items())
+    return (f"GPT-1 fine-tuned on {spec.title}: inputs {columns} (raw text), the same answers "
+            "as `gpt1 predict`: " + ("`score`." if spec.regression else
+                                     "`label` and `probabilities` (JSON)."))
+
+
 def example_inputs(spec: TaskSpec, table: pd.DataFrame, n: int = 2) -> list[dict[str, Any]]:
     """The first `n` rows of a canonical task table in the task's input columns: the input
     example of its MLflow model (an empty optional text_b is left out as None)."""

@@ -108,7 +108,9 @@ def check_corpus(params: Params) -> dict[str, Any]:
     """great-expectations gate over the cleaned corpus (Data Docs HTML in paths.data_docs,
     logged to MLflow); fails the stage on any violation."""
     with tracking.start_run("check_corpus", params):
-        report = checks.check_corpus(_read_corpus(params), params.checks,
+        corpus = _read_corpus(params)
+        tracking.log_datasets("corpus", {"checked": (corpus, params.paths.clean_corpus)})
+        report = checks.check_corpus(corpus, params.checks,
                                      Path(params.paths.data_docs) / "corpus")
         atomic.write_json(params.paths.corpus_checks, report)
         tracking.log_artifact(Path(params.paths.data_docs) / "corpus", "data_docs")
@@ -206,11 +208,7 @@ def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any,
                  "mean next-token cross-entropy in nats.")
     else:
         example, name = predict.example_inputs(spec, table), f"gpt1-{spec.name}"
-        columns = ", ".join(f"`{c}`" + ("" if need else " (optional)")
-                            for c, need in predict.input_columns(spec).items())
-        about = (f"GPT-1 fine-tuned on {spec.title}: inputs {columns} (raw text), the same "
-                 "answers as `gpt1 predict`: " + ("`score`." if spec.regression else
-                                                   "`label` and `probabilities` (JSON)."))
+        about = predict.describe(spec)
     tracking.log_model(model_dir, params.paths.tokenizer, name, example, about)
 
 
@@ -289,6 +287,8 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str) -> dict
     save = (None if variant != "full" else lambda m, d: predict.save_task_model(
         d / predict.MODEL_DIR, m, params, task, kind, tok))
     with tracking.start_run(f"finetune_{suffix}", params) as on_metrics:
+        tracking.log_datasets(task, {s: (t, Path(params.paths.tasks) / task / f"{s}.parquet")
+                                     for s, t in capped.items()})
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save,
                                runtime.device(params.device))
         if save is not None:

@@ -137,9 +137,11 @@ def run_stage(
             _dvc(["push", "-r", remote, stage.name], where, stage_env)
         ran = any(line.startswith(f"Running stage '{stage.name}'") for line in output)
         status = "ran" if ran else "unchanged"
-        if run_id:
+        if run_id and ran:
             files = [where / m for m in stage.metrics]
             tracking.record_stage(params, run_id, files, {"gpt1.dvc": status})
+    if run_id and not ran:
+        tracking.discard_run(params, run_id)  # DVC's cache answered: no new run to show
     return {"stage": stage.name, "status": status, "started": started, "finished": time.time()}
 
 

@@ -48,6 +48,10 @@ def _replay(client: Any, pending: Pending, run_id: str, op: dict[str, Any]) -> N
         log_model_files(client.tracking_uri, run_id, pending.folder / op["model"],
                         pending.folder / op["tokenizer"], op["registered_name"],
                         op["example"], op["description"])
+    elif kind == "datasets":
+        from gpt1.tracking.runs import dataset_inputs
+
+        client.log_inputs(run_id, datasets=dataset_inputs(op["datasets"]))
     elif kind == "end":
         client.set_terminated(run_id, op["status"])
     else:
