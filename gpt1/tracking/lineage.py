@@ -54,19 +54,26 @@ def git_commit() -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def source_tags(digest: str, stage: str | None, sections: Mapping[str, Any]) -> dict[str, str]:
-    """MLflow's own run context (its context providers: mlflow.user, mlflow.source.name /
-    type, and the git commit and branch of the entry point's repository), the config hash,
-    the DVC stage address and a hash of its params. The commit is looked up here only when
-    MLflow's git provider found none (an entry point outside the repository, e.g. a Prefect
-    worker's), so every run names the commit of the code it ran."""
+def context_tags() -> dict[str, str]:
+    """MLflow's own run context of this process (its context providers: mlflow.user,
+    mlflow.source.name / type, and the git commit and branch of the entry point's repository).
+    The commit is looked up here only when MLflow's git provider found none (an entry point
+    outside the repository, e.g. a Prefect worker's), so every run names the commit of the
+    code it ran."""
     from mlflow.tracking.context.registry import resolve_tags
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
-    tags = {**resolve_tags(), "gpt1.config_hash": digest}
+    tags = dict(resolve_tags())
     commit = tags.get(MLFLOW_GIT_COMMIT) or git_commit()
     if commit:
         tags[MLFLOW_GIT_COMMIT] = commit
+    return tags
+
+
+def source_tags(digest: str, stage: str | None, sections: Mapping[str, Any]) -> dict[str, str]:
+    """The run's context (context_tags), the config hash, the DVC stage address and a hash of
+    its params."""
+    tags = {**context_tags(), "gpt1.config_hash": digest}
     if stage:
         blob = json.dumps({"stage": stage, "params": sections}, sort_keys=True).encode()
         tags.update({"dvc.stage": stage, "dvc.stage_hash": hashlib.sha256(blob).hexdigest()[:12]})

@@ -209,6 +209,7 @@ def open_active(
     if attach:
         get_run(client, attach, lineage.STAGE_RUN_ENV)
         run = Run(client, attach)
+        run.set_tags(lineage.context_tags())  # the stage's own process is the run's source
     else:
         run = _created(client, run_spec(params, name, parent, tags, stage), active())
     log.info("MLflow run %s (%s) in %s", run.run_id, name, client.tracking_uri)
