@@ -256,6 +256,13 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer,
                  bands)
     for name, rows in plot_tables(left, right, params.zeroshot.tasks).items():
+        if name == "figure2_left":  # one file per task of params layers.tasks: the plot
+            for task in params.layers.tasks:  # definition (a folder) follows the params
+                paths[f"{name}_{task}"] = out / "plots" / name / f"{task}.csv"
+                table = [{"layers": r["layers"], "dev": r.get(f"{task}_dev"),
+                          "train": r.get(f"{task}_train")} for r in rows]
+                atomic.write_text(paths[f"{name}_{task}"], pd.DataFrame(table).to_csv(index=False))
+            continue
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))
     text = build_report(params, metrics, params.digest(), paths["figure"].name, expected_hashes)

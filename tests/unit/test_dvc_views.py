@@ -54,3 +54,26 @@ def test_readme_views_of_every_task_fit_160_columns(tiny_params, tmp_path: Path)
         out = _run([DVC, *view], repo)
         assert all(f"ft.{t}" in out for t in TASKS), out
         assert "…" not in out and max(len(line) for line in out.splitlines()) <= 160, out
+
+
+def test_figure2_left_plots_follow_the_params(make_params, tmp_path: Path) -> None:
+    """One Figure 2-left file per task of params layers.tasks, in the folder dvc.yaml's plot
+    definition names, so `dvc plots show` draws every configured task (none hard-coded)."""
+    import yaml
+    from test_report import fixture_metrics
+
+    from gpt1 import records
+    from gpt1.report import document
+
+    params = make_params({"layers": {"tasks": ["race"], "layers_transferred": [0, 2, 4]},
+                          "model": {"n_layer": 4}, "paths": {"reports": str(tmp_path / "r")}})
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    paths = document.write_outputs(params, metrics, {})
+    folder = tmp_path / "r" / "plots" / "figure2_left"
+    assert sorted(p.name for p in folder.iterdir()) == ["race.csv"]
+    assert paths["figure2_left_race"].read_text().splitlines()[0] == "layers,dev,train"
+    repo = Path(__file__).resolve().parents[2]
+    (plot,) = [p for p in yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
+               if "figure2_left" in next(iter(p))]
+    ((source, spec),) = plot.items()
+    assert source == "reports/plots/figure2_left" and spec["y"] == ["dev", "train"]
