@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import gpt1
 from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
-from gpt1.config import ParamsError, load_params
+from gpt1.config import ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
 from gpt1.tasks.registry import TASKS
@@ -63,6 +63,10 @@ SEEDED_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "ablation", 
 STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
                                           "lr_pilot": {"variant": str},
                                           "transfer_layers": {"layers": int}}
+# The matrix keys of dvc.yaml's matrix stages, in dvc.yaml's order (DVC joins them with "-").
+ADDRESS_KEYS: dict[str, tuple[str, ...]] = {"ablation": ("variant", "task"),
+                                            "transfer_layers": ("task", "layers")}
+UNTRACKED: set[str] = {"scan_mirror"}  # runs on every `dvc repro` and logs nothing: no run
 ARG_HELP: dict[str, str] = {
     "task": "one of the paper's 12 tasks (params finetune.tasks says which ones run)",
     "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
@@ -72,6 +76,7 @@ ARG_HELP: dict[str, str] = {
 DESCRIPTION = """GPT-1 (Radford et al. 2018) as a pipeline: each subcommand runs one DVC stage or a
 tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment; see README."""
 
+DEFAULT_PARAMS = "params.yaml"
 # Commands that are not pipeline stages: name -> module with add_arguments(parser) and
 # run(args, params).
 TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
@@ -89,6 +94,7 @@ def quiet_telemetry() -> None:
         "DVC_NO_ANALYTICS": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "TOKENIZERS_PARALLELISM": "true",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # no progress bars in stage logs
         "MLFLOW_TRACKING_URI": f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}",
     }
     for key, value in defaults.items():
@@ -117,7 +123,7 @@ def _first_paragraph(doc: str) -> str:
 def _common_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """--params and -v, accepted before and after the subcommand (the subcommand's copies
     default to SUPPRESS, so they never hide a value given before it)."""
-    parser.add_argument("--params", default="params.yaml" if top else argparse.SUPPRESS,
+    parser.add_argument("--params", default=DEFAULT_PARAMS if top else argparse.SUPPRESS,
                         help="params file (default params.yaml)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         default=False if top else argparse.SUPPRESS, help="debug logging")
@@ -130,15 +136,24 @@ def passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def command_name(name: str) -> str:
+    """A subcommand's name as typed: kebab-case, as dvc, mlflow and prefect name theirs (the
+    snake_case stage name of dvc.yaml stays an alias)."""
+    return name.replace("_", "-")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="gpt1", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"gpt1 {gpt1.__version__}")
     _common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
     docs = stage_docs()
     for name, func in STAGES.items():
         doc = docs.get(func, "") or f"the `{name}` pipeline stage"
-        p = sub.add_parser(name, help=doc.splitlines()[0], description=_first_paragraph(doc))
+        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=doc.splitlines()[0],
+                           description=_first_paragraph(doc))
+        p.set_defaults(command=name)  # the canonical name, whichever alias was typed
         _common_options(p, top=False)
         if name in TASK_STAGES:
             p.add_argument("--task", required=True, choices=list(TASKS), help=ARG_HELP["task"])
@@ -149,10 +164,43 @@ def build_parser() -> argparse.ArgumentParser:
     for name, module in TOOLS.items():
         tool = importlib.import_module(module)
         doc = tool.__doc__ or name
-        p = sub.add_parser(name, help=doc.splitlines()[0], description=_first_paragraph(doc))
+        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=doc.splitlines()[0],
+                           description=_first_paragraph(doc))
+        p.set_defaults(command=name)
         _common_options(p, top=False)
         tool.add_arguments(p)
     return parser
+
+
+def _aliases(name: str) -> list[str]:
+    """The other spelling of a subcommand (snake_case <-> kebab-case), kept as an alias."""
+    other = {name, name.replace("-", "_")} - {command_name(name)}
+    return sorted(other)
+
+
+def run_tool(tool: Any, args: argparse.Namespace) -> Any:
+    """Run a tool. With `--model` its location is resolved first (gpt1.locate); the params
+    file is then optional: without one, the model's own recorded params stand in (a
+    self-contained model works outside the repository)."""
+    location = getattr(args, "model", None)
+    if not location:
+        return tool.run(args, load_params(args.params))
+    params = (load_params(args.params)
+              if Path(args.params).is_file() or args.params != DEFAULT_PARAMS else None)
+    from gpt1 import checkpoint, locate
+
+    uri = None
+    if params is not None and location.startswith(locate.MLFLOW_SCHEMES):
+        from gpt1 import tracking
+
+        uri = tracking.tracking_uri(params)
+    with locate.located(location, None if params is None else params.paths.tokenizer,
+                        uri) as (model_dir, tok_dir):
+        args.model, args.tokenizer = str(model_dir), str(tok_dir)
+        if params is None:
+            params = parse_params(checkpoint.read_model_meta(model_dir)["params"],
+                                  model_dir / checkpoint.MODEL_META)
+        return tool.run(args, params)
 
 
 def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
@@ -190,7 +238,19 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
     records.start_clock(started)
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])
-    return fn(params, **kwargs)
+    if name in UNTRACKED or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs
+        return fn(params, **kwargs)
+    with tracking.stage_scope(stage_address(name, kwargs), params):  # open before the work
+        return fn(params, **kwargs)
+
+
+def stage_address(name: str, kwargs: dict[str, Any]) -> str:
+    """The stage's DVC address (finetune@rte, ablation@scratch-sst2): DVC's $DVC_STAGE under
+    dvc repro, else built as dvc.yaml's foreach / matrix keys name it."""
+    if os.environ.get("DVC_STAGE"):
+        return os.environ["DVC_STAGE"]
+    keys = ADDRESS_KEYS.get(name, ("task",) if name in TASK_STAGES else ())
+    return "@".join([name, *(["-".join(str(kwargs[k]) for k in keys)] if keys else [])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["pretrain_seed"] = args.pretrain_seed
     if args.command in TOOLS:
         tool = importlib.import_module(TOOLS[args.command])
-        return guarded(args.command, lambda: tool.run(args, load_params(args.params)))
+        return guarded(command_name(args.command), lambda: run_tool(tool, args))
     return guarded(args.command,
                    lambda: run_stage(args.command, args.params, gpt1.STARTED, **kwargs))
 

@@ -1,18 +1,24 @@
-"""`gpt1 export-hf RUN_DIR OUT_DIR`: a pre-trained run as a transformers OpenAIGPTLMHeadModel.
+"""`gpt1 export-hf [--model MODEL] OUT_DIR`: a model as a transformers OpenAIGPT folder.
 
-RUN_DIR may also be a fine-tuned model (<paths.finetuned>/p<seed>/<task>/model): its body (the
-Transformer, tied LM layer included) is exported the same way, and its task head, which has no
-OpenAIGPT counterpart (a linear layer on the `_classify_` token's state, with a bias), is
-written beside as task_head.safetensors (weight, bias) with its labels in task_head.json.
-Every export carries a model card (README.md: data, params, scores when the metrics file
-exists, limits).
+MODEL (default: the first pre-training seed's run, <paths.checkpoints>/p<seed>; the old positional form
+`export-hf RUN_DIR OUT_DIR` still works) may be a pre-training run, a fine-tuned model
+(<paths.finetuned>/p<seed>/<task>/model), an export-hf folder or models:/name/version. A pre-trained LM
+is exported as OpenAIGPTLMHeadModel. A multiple-choice model as OpenAIGPTDoubleHeadsModel: its
+`multiple_choice_head` (a linear layer with bias on the state at `mc_token_ids`, summary_type
+cls_index) is exactly our choice head on the `_classify_` token. Other task heads have no
+OpenAIGPT counterpart (OpenAIGPTForSequenceClassification has no bias and reads the last
+non-pad token), so their body is exported as OpenAIGPTLMHeadModel and the head is written
+beside as task_head.safetensors (weight, bias) with its labels in task_head.json. Every export
+carries a model card (README.md with a metadata header, gpt1.model_card) and gpt1_model.json
++ bpe.json (our model's meta and tokenizer meta), so the folder alone is a model the gpt1 CLI
+reads back (`load_export`).
 
 Writes config.json, model.safetensors (transformers' names; its Conv1D layers store weights
 as (in, out), so ours are transposed), and the tokenizer: tokenizer.json (our exact BPE),
 vocab.json + merges.txt (OpenAIGPTTokenizer's slow-format files) and the three special tokens.
-`OpenAIGPTLMHeadModel.from_pretrained(OUT_DIR)` loads it offline and gives our logits
-(tests/unit/test_export.py). Inputs must be standardized text (gpt1.data.clean), as for our
-own tokenizer: transformers' tokenizer does not run ftfy/spaCy (spec §5).
+`from_pretrained(OUT_DIR)` loads it offline and gives our logits (tests/unit/test_export.py).
+Inputs must be standardized text (gpt1.data.clean), as for our own tokenizer: transformers'
+tokenizer does not run ftfy/spaCy (spec §5).
 """
 
 from __future__ import annotations
@@ -31,72 +37,39 @@ from gpt1.errors import Gpt1Error
 log = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"  # gpt1.bpe.TOKENIZER_FILE (not imported: tokenizers is heavy)
+BPE_META = "bpe.json"  # gpt1.bpe.META_FILE
+GPT1_META = "gpt1_model.json"
+"""Our model.json (kind, task, vocab size, tokenizer hash, params) without its file digests."""
 HEAD_FILES = ("task_head.safetensors", "task_head.json")
+MC_HEAD = "multiple_choice_head.summary."
+"""OpenAIGPTDoubleHeadsModel's name prefix of the choice head's linear layer."""
 EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", TOKENIZER_FILE,
                 "vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json",
-                "README.md", *HEAD_FILES)
+                "README.md", BPE_META, GPT1_META, *HEAD_FILES)
 """Every file an export may write: with --overwrite, only these are replaced in OUT_DIR."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="CHECKPOINT_DIR",
-                        help="pre-training run directory (<paths.checkpoints>/p<seed>)")
-    parser.add_argument("out_dir", metavar="OUT_DIR",
+    parser.add_argument("paths", nargs="+", metavar="OUT_DIR",
                         help="transformers model directory to write: new or empty (a file or a "
-                             "non-empty folder is refused unless --overwrite)")
+                             "non-empty folder is refused unless --overwrite); the old form "
+                             "RUN_DIR OUT_DIR names the model first")
+    parser.add_argument("--model", help="run directory, fine-tuned model, export-hf folder or "
+                        "models:/name/version (default: <paths.checkpoints>/p<first seed>)")
     parser.add_argument("--overwrite", action="store_true",
                         help="OUT_DIR may hold files: replace only the export's own files there "
                              "(each atomically), keep everything else")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
-    """Entry point of `gpt1 export-hf`; the tokenizer is read from params.paths.tokenizer,
-    scores for the card from params.paths.metrics."""
-    export_hf(args.run_dir, args.out_dir, params.paths.tokenizer, params.paths.metrics,
-              overwrite=args.overwrite)
-
-
-def model_card(meta: dict[str, Any], scores: dict[str, Any] | None) -> str:
-    """README.md of an export: what the model is, its data, params, scores and limits."""
-    p, task = meta["params"], meta.get("task")
-    m = p["model"]
-    what = (f"GPT-1 fine-tuned on **{task}** (body exported as OpenAIGPTLMHeadModel; the task "
-            "head is task_head.safetensors, see below)" if task else
-            "GPT-1 pre-trained language model (OpenAIGPTLMHeadModel)")
-    data = p["data"]
-    source = (f"local mirror `{p['paths']['mirror_dir']}`" if data["source"] != "hub"
-              else f"hub dataset `{data['hub_dataset']}`")
-    lines = [
-        f"# gpt1 export: {task or 'pre-trained LM'}", "", what + ", exported by `gpt1 export-hf`"
-        " from the gpt1 pipeline (a reproduction of Radford et al. 2018).", "",
-        "## Data", "",
-        f"- Pre-training corpus: {source}, cleaned and standardised (ftfy + the original "
-        "release's punctuation rules); BPE with "
-        f"{p['bpe']['n_merges']} merges, vocabulary {meta['vocab_size']} (tokenizer sha256 "
-        f"`{meta['tokenizer_hash'][:12]}`).",
-        *([f"- Fine-tuning task: `{task}` (canonical tables of the pipeline's prepare_task "
-           "stage)."] if task else []), "",
-        "## Params", "",
-        f"- model: {m['n_layer']} layers, {m['n_head']} heads, width {m['n_embd']}, context "
-        f"{m['n_positions']}, {m['afn']}",
-        f"- pre-training: lr {p['pretrain']['lr_max']}, {p['pretrain']['max_tokens']} tokens, "
-        f"seed {p['seed']}",
-        *([f"- fine-tuning: lr {p['finetune']['lr']}, {p['finetune']['epochs']} epochs, "
-           f"aux LM weight {p['finetune']['lm_coef']}"] if task else []), "",
-        "## Scores", "",
-        ("```json\n" + json.dumps(scores, indent=1, sort_keys=True) + "\n```" if scores
-         else "No metrics file found for this model."), "",
-        "## Limits", "",
-        "- Inputs must be standardised like the training text (gpt1.data.clean): transformers'"
-        " tokenizer does not run ftfy or the punctuation rules.",
-        "- A research reproduction at the params above (the demo preset is a small model on "
-        "113 public-domain books): not a general-purpose or safe text generator; it repeats "
-        "the biases of 19th-century fiction.",
-        *(["- The task head is not loaded by transformers: apply task_head.safetensors to the "
-           "hidden state at the `_classify_` token (see gpt1/heads.py)."] if task else []),
-        "",
-    ]
-    return "\n".join(lines)
+    """Entry point of `gpt1 export-hf`; the tokenizer is the model's own (or
+    params.paths.tokenizer), scores for the card from params.paths.metrics."""
+    if len(args.paths) > 2 or (len(args.paths) == 2 and args.model):
+        raise Gpt1Error("export-hf: give OUT_DIR, and the model with --model")
+    model = args.model or (args.paths[0] if len(args.paths) == 2
+                           else checkpoint.pretrain_dir(params, "gpt"))
+    export_hf(model, args.paths[-1], getattr(args, "tokenizer", None) or params.paths.tokenizer,
+              params.paths.metrics, overwrite=args.overwrite)
 
 
 def _check_exportable(meta: dict[str, Any], cfg: Any) -> None:
@@ -160,46 +133,97 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
               metrics_dir: str | Path | None = None, overwrite: bool = False) -> Path:
     """Write OUT_DIR atomically; Gpt1Error if the run or tokenizer does not fit, or if OUT_DIR
     is a file or a non-empty folder (with `overwrite`: only EXPORT_FILES are replaced there)."""
-    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+    import transformers
+
+    from gpt1.model_card import model_card
 
     atomic.check_user_folder(out_dir, overwrite, EXPORT_FILES)  # before the slow part
     tok_path = Path(tokenizer_dir) / TOKENIZER_FILE
     try:
         tok_bytes = tok_path.read_bytes()
-    except FileNotFoundError:
-        raise Gpt1Error("missing; run train_bpe first", tok_path) from None
+        bpe_meta = (Path(tokenizer_dir) / BPE_META).read_text(encoding="utf-8")
+    except FileNotFoundError as err:
+        raise Gpt1Error("missing; run train_bpe first", err.filename) from None
     model, head, meta = _load(run_dir, tokenizer_dir, hashlib.sha256(tok_bytes).hexdigest())
     from gpt1.checkpoint import recorded_params
 
     cfg = recorded_params(meta, Path(run_dir) / "model.json").model
     _check_exportable(meta, cfg)
-    hf_cfg = OpenAIGPTConfig(
+    choice = head is not None and head.fmt == "choice"
+    arch = "OpenAIGPTDoubleHeadsModel" if choice else "OpenAIGPTLMHeadModel"
+    hf_cfg = transformers.OpenAIGPTConfig(  # type: ignore[call-arg]
         vocab_size=meta["vocab_size"], n_positions=cfg.n_positions, n_embd=cfg.n_embd,
         n_layer=cfg.n_layer, n_head=cfg.n_head, afn=cfg.afn, resid_pdrop=cfg.resid_pdrop,
         embd_pdrop=cfg.embd_pdrop, attn_pdrop=cfg.attn_pdrop,
         layer_norm_epsilon=cfg.layer_norm_epsilon, initializer_range=cfg.initializer_range,
-        architectures=["OpenAIGPTLMHeadModel"],
+        architectures=[arch], summary_type="cls_index", summary_use_proj=True,
+        summary_proj_to_labels=True, summary_activation=None,
+        summary_first_dropout=meta["params"]["finetune"]["clf_pdrop"],
+        num_labels=1,  # the choice head: one score per answer
     )
-    hf = OpenAIGPTLMHeadModel(hf_cfg)
-    result = hf.load_state_dict(hf_weights.to_hf(model.state_dict(), meta["vocab_size"]),
-                                strict=False)
+    hf = getattr(transformers, arch)(hf_cfg)
+    state = hf_weights.to_hf(model.state_dict(), meta["vocab_size"])
+    if choice:
+        state.update({MC_HEAD + k: v for k, v in head.linear.state_dict().items()})
+    result = hf.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:
         raise Gpt1Error(f"weights do not map onto OpenAIGPT: missing {result.missing_keys[:3]}, "
                         f"unexpected {result.unexpected_keys[:3]}", run_dir)
     specials = list(meta["params"]["bpe"]["special_tokens"])
     files = _tokenizer_files(json.loads(tok_bytes), specials)
+    own = {k: v for k, v in meta.items() if k not in ("files", "zeroshot", "digest")}
+    how = (f"{arch}, its multiple_choice_head the task head" if choice else
+           "body exported as OpenAIGPTLMHeadModel; the task head is task_head.safetensors")
     with atomic.user_folder(out_dir, overwrite, EXPORT_FILES) as tmp:
         hf.eval().save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
         (tmp / TOKENIZER_FILE).write_bytes(tok_bytes)
+        files.update({BPE_META: bpe_meta, GPT1_META: json.dumps(own, indent=1, sort_keys=True),
+                      "README.md": model_card(meta, _scores(meta, metrics_dir),
+                                              how if head is not None else None)})
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        (tmp / "README.md").write_text(model_card(meta, _scores(meta, metrics_dir)),
-                                       encoding="utf-8")
-        if head is not None:
+        if head is not None and not choice:
             _write_head(tmp, head, meta["task"])
-    log.info("exported %s -> %s (OpenAIGPTLMHeadModel, vocab %d)", run_dir, out_dir,
-             meta["vocab_size"])
+    log.info("exported %s -> %s (%s, vocab %d)", run_dir, out_dir, arch, meta["vocab_size"])
     return Path(out_dir)
+
+
+def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The gpt1 model (GPT, or TaskModel of a fine-tuned export; eval mode) and its meta,
+    read back from an export-hf folder (safetensors only, nothing unpickled)."""
+    from safetensors.torch import load_file
+
+    from gpt1 import networks
+    from gpt1.config import parse_params
+    from gpt1.heads import TaskModel
+    from gpt1.tasks.registry import TASKS
+
+    folder = Path(folder)
+    meta_path = folder / GPT1_META
+    if not meta_path.is_file():
+        raise Gpt1Error(f"not a gpt1 export-hf folder (no {GPT1_META}); export it with "
+                        "`gpt1 export-hf`", folder)
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    params = parse_params(meta["params"], meta_path)
+    state = load_file(str(folder / "model.safetensors"))
+    body = networks.build_model("gpt", params, meta["vocab_size"])
+    ours = {k.removeprefix("transformer."): (v.t().contiguous() if k.endswith(_CONV1D) else v)
+            for k, v in state.items() if k.startswith("transformer.")}
+    if "tokens_embed.weight" not in ours and "lm_head.weight" in state:
+        ours["tokens_embed.weight"] = state["lm_head.weight"]  # saved once, as the tied head
+    missing = set(body.state_dict()) - set(ours)
+    if missing:
+        raise Gpt1Error(f"weights missing from the export: {sorted(missing)[:3]}",
+                        folder / "model.safetensors")
+    body.load_state_dict(ours)
+    model: Any = body
+    if meta.get("task"):
+        spec = TASKS[meta["task"]]
+        model = TaskModel(body, spec, params.finetune.clf_pdrop, params.model.initializer_range)
+        head = ({k[len(MC_HEAD):]: v for k, v in state.items() if k.startswith(MC_HEAD)}
+                if spec.fmt == "choice" else load_file(str(folder / HEAD_FILES[0])))
+        model.head.linear.load_state_dict(head)
+    return model.eval(), meta
 
 
 def _write_head(out_dir: Path, head: Any, task: str) -> None:

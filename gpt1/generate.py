@@ -30,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, help="default: generate.temperature")
     parser.add_argument("--top-k", type=int, help="default: generate.top_k (0 = no cut-off)")
     parser.add_argument("--seed", type=int, help="default: params seed")
-    parser.add_argument("--run-dir", help="pre-training run (default: <paths.checkpoints>/p<first "
-                        "of pretrain.seeds>)")
+    parser.add_argument("--model", "--run-dir", dest="model",
+                        help="a pre-training run, an export-hf folder of it or "
+                             "models:/gpt1-pretrain/N (default: <paths.checkpoints>/p<first of pretrain.seeds>)")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
@@ -47,8 +48,8 @@ def run(args: argparse.Namespace, params: Params) -> None:
         raise Gpt1Error(f"{flag} {bad['input']!r}: {bad['msg']}") from None
     from gpt1 import checkpoint
 
-    model, tok = load_lm(args.run_dir or checkpoint.pretrain_dir(params, "gpt"),
-                         params.paths.tokenizer)
+    model, tok = load_lm(args.model or checkpoint.pretrain_dir(params, "gpt"),
+                         getattr(args, "tokenizer", None) or params.paths.tokenizer)
     seed = params.seed if args.seed is None else args.seed
     print(generate(model, tok, args.prompt, cfg, seed))
 
@@ -58,6 +59,10 @@ def load_lm(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[Any, Any]:
     from gpt1 import bpe, checkpoint
 
     tok = bpe.load_bpe(tokenizer_dir)
+    task = checkpoint.read_model_meta(Path(run_dir)).get("task")
+    if task:
+        raise Gpt1Error(f"generate needs the pre-trained Transformer LM, this model is "
+                        f"fine-tuned on {task} (use gpt1 predict)")
     model, meta = checkpoint.load_model(run_dir, tok.hash)
     if meta["kind"] != "gpt":
         raise Gpt1Error(f"generate needs the Transformer LM, this run is {meta['kind']}",

@@ -1,4 +1,4 @@
-"""`gpt1 predict --task T TEXT...`: score text with a fine-tuned model (label + probabilities).
+"""`gpt1 predict [--model MODEL] [--task T] TEXT...`: score text with a fine-tuned model.
 
 The finetune stage saves the first seed's kept model in <paths.finetuned>/p<pre-training
 seed>/<task>/model
@@ -41,24 +41,26 @@ MODEL_DIR = "model"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", help="a fine-tuned task (finetune.tasks); must be the "
-                        "model's own; default: the task --model-dir was fine-tuned on")
+                        "model's own; default: the task --model was fine-tuned on")
     parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
     parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
-    parser.add_argument("--model-dir", help="default: <paths.finetuned>/p<first of "
-                        "pretrain.seeds>/<task>/model")
+    parser.add_argument("--model", "--model-dir", dest="model",
+                        help="a fine-tuned model folder, an export-hf folder or "
+                             "models:/name/version (default: <paths.finetuned>/p<first of pretrain.seeds>/<task>/model)")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 predict`: one JSON line per text (label, probabilities)."""
-    if args.model_dir is None and args.task is None:
-        raise Gpt1Error("--task: name the task (or --model-dir, a model that records its task)")
-    if args.model_dir is None and args.task not in params.finetune.tasks:
+    if args.model is None and args.task is None:
+        raise Gpt1Error("--task: name the task (or --model, a model that records its task)")
+    if args.model is None and args.task not in params.finetune.tasks:
         raise Gpt1Error(f"--task: unknown task {args.task!r}; finetune.tasks = "
                         f"{list(params.finetune.tasks)}")
-    model_dir = args.model_dir or (Path(params.paths.finetuned) / f"p{params.pretrain.seeds[0]}"
-                                   / args.task / MODEL_DIR)
-    model, tok, spec, saved = load_task_model(model_dir, params.paths.tokenizer)
+    model_dir = args.model or (Path(params.paths.finetuned) / f"p{params.pretrain.seeds[0]}"
+                                / args.task / MODEL_DIR)
+    model, tok, spec, saved = load_task_model(
+        model_dir, getattr(args, "tokenizer", None) or params.paths.tokenizer)
     if args.task is not None and args.task != spec.name:
         raise Gpt1Error(f"--task {args.task}: this model was fine-tuned on {spec.name}; pass "
                         f"--task {spec.name} or leave --task out",
@@ -87,6 +89,59 @@ def check_inputs(spec: TaskSpec, rows: Sequence[dict[str, Any]]) -> None:
         if spec.fmt != "choice" and n:
             raise Gpt1Error(f"--choices (column choices): {spec.name} is not a multiple-choice "
                             "task; leave it out")
+
+
+def input_columns(spec: TaskSpec) -> dict[str, bool]:
+    """The input columns a task reads (its pyfunc signature) -> whether each is required, as
+    `check_inputs` demands: `text_b` for a pair task, `choices` (+ an optional `text_b`, the
+    question of RACE) for a multiple-choice task."""
+    if spec.fmt == "choice":
+        return {"text": True, "text_b": False, "choices": True}
+    if spec.fmt in ("entail", "similarity"):
+        return {"text": True, "text_b": True}
+    return {"text": True}
+
+
+def describe(spec: TaskSpec) -> str:
+    """What a task's model reads and answers (its registered MLflow model's description)."""
+    columns = ", ".join(f"`{c}`" + ("" if need else " (optional)")
+                        for c, need in input_columns(spec).items())
+    return (f"GPT-1 fine-tuned on {spec.title}: inputs {columns} (raw text), the same answers "
+            "as `gpt1 predict`: " + ("`score`." if spec.regression else
+                                     "`label` and `probabilities` (JSON)."))
+
+
+def example_inputs(spec: TaskSpec, table: pd.DataFrame, n: int = 2) -> list[dict[str, Any]]:
+    """The first `n` rows of a canonical task table in the task's input columns: the input
+    example of its MLflow model (an empty optional text_b is left out as None)."""
+    cols = input_columns(spec)
+    rows = []
+    for _, row in table.head(n).iterrows():
+        out: dict[str, Any] = {"text": str(row["text_a"])}
+        if "text_b" in cols:
+            out["text_b"] = str(row["text_b"]) or (None if not cols["text_b"] else "")
+        if "choices" in cols:
+            out["choices"] = [str(c) for c in row["choices"]]
+        rows.append(out)
+    return rows
+
+
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Pyfunc input (columns text, text_b, choices: a list or a JSON list) -> classify rows;
+    a missing text_b (None, NaN) is empty."""
+
+    def text(value: Any) -> str:
+        return "" if value is None or (isinstance(value, float) and value != value) else str(value)
+
+    def answers(value: Any) -> list[str]:
+        if value is None or (isinstance(value, float) and value != value):
+            return []
+        return [str(c) for c in (json.loads(value) if isinstance(value, str) else value)]
+
+    n = len(frame)
+    column = {c: list(frame[c]) if c in frame else [None] * n for c in ("text_b", "choices")}
+    return [{"text_a": text(t), "text_b": text(column["text_b"][i]),
+             "choices": answers(column["choices"][i])} for i, t in enumerate(frame["text"])]
 
 
 def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
@@ -146,3 +201,28 @@ def classify(model: Any, tok: Any, spec: TaskSpec, params: Params,
     return [{"label": name(int(p.argmax())),
              "probabilities": {name(i): round(float(v), 6) for i, v in enumerate(p)}}
             for p in probs]
+
+
+MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking thirteen."
+"""Input example of the MLflow models (raw text, standardised by the model)."""
+
+
+def log_model(params: Params, model_dir: str | Path, kind: str, spec: Any,
+              table: pd.DataFrame | None = None) -> None:
+    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>), its
+    input example the first rows of the task's dev `table` in the task's input columns; the
+    LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
+    from gpt1 import tracking  # MLflow only when a stage logs a model
+
+    if kind != "gpt":
+        for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
+            tracking.log_artifact(Path(model_dir) / name, "model")
+        return
+    if spec is None or table is None:
+        example, name = [{"text": MODEL_EXAMPLE}], "gpt1-pretrain"
+        about = ("GPT-1 pre-trained language model: input `text` (raw), output `loss`, its "
+                 "mean next-token cross-entropy in nats.")
+    else:
+        example, name = example_inputs(spec, table), f"gpt1-{spec.name}"
+        about = describe(spec)
+    tracking.log_model(model_dir, params.paths.tokenizer, name, example, about)

@@ -41,6 +41,7 @@ from gpt1.repo import repo_root
 log = logging.getLogger(__name__)
 
 POOL = "gpu"  # the work pool named in prefect.yaml
+REMOTE_POOL = "gpu-remote"  # prefect.yaml's demo-remote: its worker runs on another machine
 HOST = "127.0.0.1"
 STATE_FILE = "gpt1-serve.json"
 WORKER_POLL_SECONDS = "2"  # Prefect's default poll (15 s) delays every run start
@@ -132,6 +133,20 @@ def _cli(name: str) -> str:
     return str(exe) if exe.exists() else name
 
 
+def clone_source(root: Path) -> dict[str, str]:
+    """$GPT1_REPOSITORY and $GPT1_BRANCH for the deploy (the user's values win): the
+    repository a worker on another machine clones (this checkout's `origin`, else the checkout
+    itself) and the branch checked out here."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    return {"GPT1_REPOSITORY": os.environ.get("GPT1_REPOSITORY")
+            or git("remote", "get-url", "origin") or str(root),
+            "GPT1_BRANCH": os.environ.get("GPT1_BRANCH")
+            or git("rev-parse", "--abbrev-ref", "HEAD") or "main"}
+
+
 def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[str, Any]:
     """Start (or complete) the local stack; returns the state written to the state file."""
     root, home = repo_root(), prefect_home()
@@ -146,6 +161,7 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
     env = {
         **os.environ,
         "PWD": str(root),  # prefect.yaml's working directory is "{{ $PWD }}" at deploy time
+        **clone_source(root),  # what demo-remote's git_clone pull step clones
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -174,6 +190,7 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
     settings = write_settings(root, api)
     for cmd in (
         [prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"],
+        [prefect, "work-pool", "create", REMOTE_POOL, "--type", "process", "--overwrite"],
         [prefect, "--no-prompt", "deploy", "--all"],
     ):
         done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)

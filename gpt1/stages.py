@@ -113,7 +113,9 @@ def check_corpus(params: Params) -> dict[str, Any]:
     """great-expectations gate over the cleaned corpus (Data Docs HTML in paths.data_docs,
     logged to MLflow); fails the stage on any violation."""
     with tracking.start_run("check_corpus", params):
-        report = checks.check_corpus(_read_corpus(params), params.checks,
+        corpus = _read_corpus(params)
+        tracking.log_datasets("corpus", {"checked": (corpus, params.paths.clean_corpus)})
+        report = checks.check_corpus(corpus, params.checks,
                                      Path(params.paths.data_docs) / "corpus")
         atomic.write_json(params.paths.corpus_checks, report)
         tracking.log_artifact(Path(params.paths.data_docs) / "corpus", "data_docs")
@@ -207,29 +209,9 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
         metrics.update(backend=meta["backend"], pretrain_seed=seed, kind=kind)
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
-            _log_model(params, run_dir, kind, None)
+            predict.log_model(params, run_dir, kind, None)
             record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={})
     return metrics
-
-
-MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking thirteen."
-"""Input example of the MLflow models (raw text, standardised by the model)."""
-
-
-def _log_model(params: Params, model_dir: str | Path, kind: str, spec: Any) -> None:
-    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>); the
-    LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
-    if kind != "gpt":
-        for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
-            tracking.log_artifact(Path(model_dir) / name, "model")
-        return
-    if spec is None:
-        outputs, name = {"loss": "double"}, "gpt1-pretrain"
-    else:
-        outputs = ({"score": "double"} if spec.regression
-                   else {"label": "string", "probabilities": "string"})
-        name = f"gpt1-{spec.name}"
-    tracking.log_model(model_dir, params.paths.tokenizer, name, [MODEL_EXAMPLE], outputs)
 
 
 # ---------------------------------------------------------------- fine-tuning
@@ -322,10 +304,12 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     save = (None if variant != "full" else lambda m, d: predict.save_task_model(
         d / predict.MODEL_DIR, m, params, task, kind, tok, seed))
     with tracking.start_run(stem, params) as on_metrics:
+        tracking.log_datasets(task, {s: (t, Path(params.paths.tasks) / task / f"{s}.parquet")
+                                     for s, t in capped.items()})
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save,
                                runtime.device(params.device), train_sets)
         if save is not None:
-            _log_model(params, model_dir, kind, spec)
+            predict.log_model(params, model_dir, kind, spec, capped["dev"])
         atomic.write_json(out_dir / "result.json", result)
         metrics = records.finetune_record(params, spec, hp, kind, variant, result, sample,
                                            out_dir, seed)

@@ -41,6 +41,7 @@ from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from pipelines.dag import StagePlan, read_plan, select
 from pipelines.devices import DevicePool
+from pipelines.publish import publish_run
 from pipelines.workcopy import workspace_for
 
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
@@ -143,9 +144,11 @@ def run_stage(
             _dvc(["push", "-r", remote, stage.name], where, stage_env)
         ran = any(line.startswith(f"Running stage '{stage.name}'") for line in output)
         status = "ran" if ran else "unchanged"
-        if run_id:
+        if run_id and ran:
             files = [where / m for m in stage.metrics]
             tracking.record_stage(params, run_id, files, {"gpt1.dvc": status})
+    if run_id and not ran:
+        tracking.discard_run(params, run_id)  # DVC's cache answered: no new run to show
     return {"stage": stage.name, "status": status, "started": started, "finished": time.time()}
 
 
@@ -221,10 +224,12 @@ def _headline(metrics: dict[str, Any]) -> list[tuple[str, str]]:
 
 @flow(name="gpt1")
 def gpt1_pipeline(
-    params_path: str = "params.yaml", stages: list[str] | None = None
+    params_path: str = "params.yaml", stages: list[str] | None = None, publish: bool = False
 ) -> list[dict[str, Any]]:
     """Run the DVC pipeline (or `stages` plus their upstream) at the preset `params_path`: in
-    the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy)."""
+    the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy).
+    `publish` (a worker on another machine): push the run's git-tracked results to the
+    repository the worker cloned, as branch gpt1-runs/<flow run> (pipelines.publish)."""
     logger = get_run_logger()
     root, params = workspace_for(Path.cwd(), params_path)
     tracking.check_store(params)  # before any stage runs: an unusable store is one line
@@ -243,6 +248,11 @@ def gpt1_pipeline(
         failed = [r["stage"] for r in records if r["status"] not in ("ran", "unchanged")]
         if failed:
             raise Gpt1Error(f"stages did not complete: {', '.join(failed)}", "dvc.yaml")
+    if publish:
+        branch = publish_run(root, flow_run.get_name() or "local")
+        logger.info("results pushed to branch %s; take them with `git merge %s && dvc pull "
+                    "--allow-missing`",
+                    branch, branch)
     return records
 
 

@@ -11,7 +11,10 @@ is imported lazily (it takes ~7 s).
 
 from __future__ import annotations
 
+import ast
+import html
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -85,55 +88,106 @@ def _short(value: Any) -> Any:
 
 
 def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any],
-                    docs_dir: Path | None) -> Any:
-    """Validate df against the expectations as one suite through a GX checkpoint; with
-    docs_dir, the checkpoint's UpdateDataDocsAction builds a local Data Docs site there."""
+                    docs_dir: Path | None, asset: str, run_name: str) -> Any:
+    """Validate df (data asset `asset`) against the expectations as one suite through a GX
+    checkpoint run named `run_name` (the stage); with docs_dir, build a local Data Docs site
+    there whose pages name the asset, and whose index lists the validations offline."""
+    from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    actions = []
     if docs_dir is not None:
         ctx.add_data_docs_site(site_name="gpt1", site_config={
             "class_name": "SiteBuilder",
             "store_backend": {"class_name": "TupleFilesystemStoreBackend",
                               "base_directory": str(docs_dir.resolve())},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
-        actions.append(gx.checkpoint.UpdateDataDocsAction(name="data_docs", site_names=["gpt1"]))
     batch_def = (ctx.data_sources.add_pandas(f"{name}_source")
-                 .add_dataframe_asset(name).add_batch_definition_whole_dataframe("whole"))
+                 .add_dataframe_asset(asset).add_batch_definition_whole_dataframe("whole"))
     suite = ctx.suites.add(gx.ExpectationSuite(name=f"{name}_suite"))
     for exp in expectations:
         suite.add_expectation(exp)
     definition = ctx.validation_definitions.add(
         gx.ValidationDefinition(data=batch_def, suite=suite, name=name))
     checkpoint = ctx.checkpoints.add(gx.Checkpoint(
-        name=f"{name}_gate", validation_definitions=[definition], actions=actions,
+        name=f"{name}_gate", validation_definitions=[definition], actions=[],
         result_format={"result_format": "COMPLETE"}))  # every offending row's index
-    (result,) = checkpoint.run(batch_parameters={"dataframe": df}).run_results.values()
+    run = checkpoint.run(batch_parameters={"dataframe": df},
+                         run_id=RunIdentifier(run_name=run_name))
+    ((key, result),) = run.run_results.items()
+    if docs_dir is not None:
+        # A dataframe's batch spec names no asset (the pages would say "Data asset: None"):
+        # record it on the stored result, then build the site from the store.
+        result.meta["batch_spec"]["data_asset_name"] = asset
+        ctx.validation_results_store.set(key, result)
+        ctx.build_data_docs(site_names=["gpt1"])
+        static_index(docs_dir / DOCS_INDEX)
     return result
 
 
+_TABLE_DATA = re.compile(r"\$\('#(?P<id>[\w-]+)'\)\.bootstrapTable\(.*?columns: (?P<columns>\[.*?\]),"
+                         r"\s*data: (?P<data>\[.*?\]),?\n", re.S)
+
+
+def static_index(index: Path) -> None:
+    """Write GX's index tables into the HTML itself. GX fills them from scripts loaded from
+    CDNs (jQuery, bootstrap-table), so offline its index shows no validation at all; each
+    table now holds its rows as plain HTML (status, run time, run name, asset, batch, suite,
+    linked to their pages), which the scripts replace when they do load."""
+    page = index.read_text(encoding="utf-8")
+    for match in _TABLE_DATA.finditer(page):
+        columns = ast.literal_eval(match["columns"])  # Python literals GX wrote; never eval'd
+        rows = ast.literal_eval(match["data"])
+        head = "".join(f"<th>{html.escape(str(c['title']))}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(_cell(row, c["field"]) for c in columns) + "</tr>"
+                       for row in rows)
+        filled = f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        table = re.compile(rf'(<table\s+id="{re.escape(match["id"])}"[^>]*>)\s*</table>')
+        page = table.sub(lambda m, rows=filled: m[1] + rows, page, count=1)  # type: ignore[misc]
+    index.write_text(page, encoding="utf-8")
+
+
+def _cell(row: dict[str, Any], field: str) -> str:
+    """One cell of a static index row: the value as text (for a value that is markup styled by
+    the CDN's CSS, the sort value GX keeps beside it), linked to the row's page."""
+    if field == "validation_success":
+        text = row.get("_validation_success_text", "")
+    else:
+        text = str(row.get(field, ""))
+        if "<" in text:  # markup: its sort value is the plain text
+            text = str(row.get(f"_{field}_sort", re.sub(r"<[^>]+>", " ", text)))
+    text = html.escape(" ".join(str(text).split()))
+    link = row.get("_table_row_link_path")
+    if link and field in ("run_time", "expectation_suite_name"):
+        text = f'<a href="{html.escape(str(link))}">{text}</a>'
+    return f"<td>{text}</td>"
+
+
 def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule],
-                   docs_dir: str | Path | None = None) -> dict[str, Any]:
+                   docs_dir: str | Path | None = None, asset: str | None = None,
+                   run_name: str | None = None) -> dict[str, Any]:
     """Run `rules` over df as one great-expectations suite; return a JSON-ready report.
 
     Report: name, success, n_rows, evaluated/failed counts, and per rule its label, kind,
     column, success, unexpected count/percent, a few (truncated) offending values and the
     positions of the first offending rows (`rows`, from GX's unexpected_index_list). With
-    docs_dir, the Data Docs site (index.html naming the `<name>_suite`) is built there and the
-    report's `data_docs` is its index.
+    docs_dir, the Data Docs site (index.html naming the `<name>_suite`, listing the validation
+    without network) is built there and the report's `data_docs` is its index. `asset` (default
+    `name`) is the data asset the pages name, `run_name` (default `name`) the validation run's
+    name: the stage that ran it.
     """
     logging.getLogger("great_expectations").setLevel(logging.WARNING)  # INFO floods the log
     import great_expectations as gx
 
     expectations = [_expectation(gx, r) for r in rules]
     frame = df.reset_index(drop=True)  # index labels = row positions in the report
+    asset, run_name = asset or name, run_name or name
     if docs_dir is None:
-        result = _run_checkpoint(gx, name, frame, expectations, None)
+        result = _run_checkpoint(gx, name, frame, expectations, None, asset, run_name)
     else:
         with atomic.atomic_path(docs_dir) as tmp:
-            result = _run_checkpoint(gx, name, frame, expectations, tmp)
+            result = _run_checkpoint(gx, name, frame, expectations, tmp, asset, run_name)
     by_id = {getattr(r.expectation_config, "id", None): r for r in result.results}
     checks = []
     for rule, exp in zip(rules, expectations, strict=True):
@@ -184,6 +238,7 @@ def check_corpus(df: pd.DataFrame, cfg: ChecksCfg,
                  docs_dir: str | Path | None = None) -> dict[str, Any]:
     """Validate the cleaned corpus (doc_id, text, ...) against `corpus_rules(cfg)`; Data Docs
     in docs_dir when given."""
-    report = validate_frame(df[["doc_id", "text"]], "corpus", corpus_rules(cfg), docs_dir)
+    report = validate_frame(df[["doc_id", "text"]], "corpus", corpus_rules(cfg), docs_dir,
+                            asset="clean_corpus", run_name="check_corpus")
     log.info("%s", summarize(report))
     return report

@@ -359,8 +359,37 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer,
                  bands, baseline_lines(params, metrics))
     for name, rows in plot_tables(left, right, params.zeroshot.tasks).items():
+        if name == "figure2_left":  # one file per task of params layers.tasks: the plot
+            for task in params.layers.tasks:  # definition (a folder) follows the params
+                paths[f"{name}_{task}"] = out / "plots" / name / f"{task}.csv"
+                table = [{"layers": r["layers"], "dev": r.get(f"{task}_dev"),
+                          "train": r.get(f"{task}_train")} for r in rows]
+                atomic.write_text(paths[f"{name}_{task}"], pd.DataFrame(table).to_csv(index=False))
+            continue
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))
     text = build_report(params, metrics, params.digest(), paths["figure"].name, expected_hashes)
     atomic.write_text(paths["report"], text)
+    paths["headline"] = out / HEADLINE_FILE
+    atomic.write_json(paths["headline"], headline(params, metrics))
     return paths
+
+
+HEADLINE_FILE = "headline.json"
+"""The scores a user compares across experiments, as one small DVC metrics file (short,
+unique keys, so `dvc exp show --drop '.*' --keep 'Experiment|ft'` and `dvc metrics show` fit a
+terminal): each fine-tuned task's primary score (mean over seeds, %) as ft.<task>."""
+
+
+def headline(params: Params, metrics: Metrics) -> dict[str, Any]:
+    """{"ft": {task: primary score %}} for the tasks of params.finetune.tasks fine-tuned under
+    the current params (a record of another config is left out)."""
+    scores = {}
+    for task in params.finetune.tasks:
+        record = metrics.get(f"finetune_{task}")
+        if record is None or record.get("config_hash") != params.digest():
+            continue
+        value = record["scores"].get(TASKS[task].metric, {}).get("mean")
+        if value is not None:
+            scores[task] = round(100 * float(value), 1)
+    return {"ft": scores}

@@ -48,12 +48,13 @@ def task_rules(spec: TaskSpec) -> list[Rule]:
     return rules
 
 
-def check_task_table(df: pd.DataFrame, spec: TaskSpec,
-                     docs_dir: str | Path | None = None) -> dict[str, Any]:
+def check_task_table(df: pd.DataFrame, spec: TaskSpec, docs_dir: str | Path | None = None,
+                     split: str = "table") -> dict[str, Any]:
     """Validate one canonical task table (gpt1/tasks/registry.py): labels in the task's set
     (or score range), non-empty texts, unique ids, the right number of non-empty choices.
 
-    Returns the validate_frame report (Data Docs in docs_dir when given); each failed check
+    Returns the validate_frame report (Data Docs in docs_dir when given, the asset named
+    <task>_<split>, the run prepare_task@<task>); each failed check
     also gets `first_row` (GX's first offending row) and `source` (the file:line it came
     from), so the caller can name it.
     """
@@ -78,7 +79,8 @@ def check_task_table(df: pd.DataFrame, spec: TaskSpec,
             lambda cs: min((chars(c) for c in cs), default=1)).to_numpy(),
         "label": df["label"].to_numpy(),
     })
-    report = validate_frame(view, f"task_{spec.name}", task_rules(spec), docs_dir)
+    report = validate_frame(view, f"task_{spec.name}", task_rules(spec), docs_dir,
+                            asset=f"{spec.name}_{split}", run_name=f"prepare_task@{spec.name}")
     for check in report["checks"]:
         if not check["success"]:
             first = check["rows"][0] if check["rows"] else None

@@ -214,7 +214,7 @@ def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path,
             raise Gpt1Error(f"{spec.name}/{split}: no rows (from {spec.sources[split]}); "
                             "every split needs examples")
         rep = check_task_table(tables[split], spec,
-                               None if docs_dir is None else Path(docs_dir) / split)
+                               None if docs_dir is None else Path(docs_dir) / split, split)
         report[split] = rep
         if rep["success"]:
             continue

@@ -16,7 +16,14 @@ Callers use the names below (`from gpt1 import tracking; tracking.start_run(...)
 """
 
 from gpt1.tracking.create import flatten
-from gpt1.tracking.flow import child_runs, pipeline_run, record_stage, run_url, stage_run
+from gpt1.tracking.flow import (
+    child_runs,
+    discard_run,
+    pipeline_run,
+    record_stage,
+    run_url,
+    stage_run,
+)
 from gpt1.tracking.lineage import (
     PARENT_ENV,
     STAGE_ENV,
@@ -26,19 +33,22 @@ from gpt1.tracking.lineage import (
     stage_name,
     stage_sections,
 )
-from gpt1.tracking.pyfunc import log_model, pyfunc_model
+from gpt1.tracking.pyfunc import download_model, log_model, pyfunc_model
 from gpt1.tracking.runs import (
     MetricsSink,
     log_artifact,
+    log_datasets,
     log_summary,
     log_text,
+    stage_scope,
     start_run,
 )
 from gpt1.tracking.store import check_store, tracking_uri
 
 __all__ = [
     "PARENT_ENV", "STAGE_ENV", "STAGE_RUN_ENV", "MetricsSink", "check_store", "child_runs",
-    "flatten", "git_commit", "log_artifact", "log_model", "log_summary", "log_text",
+    "discard_run", "download_model",
+    "flatten", "git_commit", "log_artifact", "log_datasets", "log_model", "log_summary", "log_text",
     "pipeline_run", "pyfunc_model", "record_stage", "repro_invocation", "run_url",
-    "stage_name", "stage_run", "stage_sections", "start_run", "tracking_uri",
+    "stage_name", "stage_run", "stage_scope", "stage_sections", "start_run", "tracking_uri",
 ]

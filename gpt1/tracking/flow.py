@@ -74,6 +74,16 @@ def record_stage(
     run.flush()
 
 
+def discard_run(params: Params, run_id: str) -> None:
+    """Delete a finished stage run in which nothing ran (DVC found the stage up to date): a
+    re-run of cached stages leaves no new runs. A store that is away keeps it (logged)."""
+    try:
+        store.client(params).delete_run(run_id)
+    except Exception as err:  # the store went away: an extra run is better than a failed flow
+        log.warning("could not delete the run %s of an unchanged stage (%s)", run_id,
+                    str(err).strip()[:200])
+
+
 def run_url(params: Params, run_id: str) -> str:
     """Link to a run in the MLflow UI at params.tracking.ui_url."""
     run = store.client(params).get_run(run_id)

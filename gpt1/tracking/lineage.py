@@ -54,14 +54,26 @@ def git_commit() -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def source_tags(digest: str, stage: str | None, sections: Mapping[str, Any]) -> dict[str, str]:
-    """Git commit (MLflow's Source column), DVC stage address and a hash of its params."""
+def context_tags() -> dict[str, str]:
+    """MLflow's own run context of this process (its context providers: mlflow.user,
+    mlflow.source.name / type, and the git commit and branch of the entry point's repository).
+    The commit is looked up here only when MLflow's git provider found none (an entry point
+    outside the repository, e.g. a Prefect worker's), so every run names the commit of the
+    code it ran."""
+    from mlflow.tracking.context.registry import resolve_tags
     from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
-    tags = {"gpt1.config_hash": digest}
-    commit = git_commit()
+    tags = dict(resolve_tags())
+    commit = tags.get(MLFLOW_GIT_COMMIT) or git_commit()
     if commit:
         tags[MLFLOW_GIT_COMMIT] = commit
+    return tags
+
+
+def source_tags(digest: str, stage: str | None, sections: Mapping[str, Any]) -> dict[str, str]:
+    """The run's context (context_tags), the config hash, the DVC stage address and a hash of
+    its params."""
+    tags = {**context_tags(), "gpt1.config_hash": digest}
     if stage:
         blob = json.dumps({"stage": stage, "params": sections}, sort_keys=True).encode()
         tags.update({"dvc.stage": stage, "dvc.stage_hash": hashlib.sha256(blob).hexdigest()[:12]})
@@ -78,10 +90,8 @@ def _proc_stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19]
 
 
-def repro_invocation() -> str | None:
-    """`<pid>-<start time>` of the `dvc` process that runs this stage (the nearest ancestor
-    whose command line runs dvc): the same for every stage of one `dvc repro` / `dvc exp run`,
-    and never reused. None when there is no such ancestor or no /proc."""
+def _dvc_ancestor() -> tuple[int, str, list[str]] | None:
+    """(pid, start time, argv) of the nearest ancestor process whose command line runs dvc."""
     pid = os.getppid()
     while pid > 1:
         stat = _proc_stat(pid)
@@ -92,9 +102,29 @@ def repro_invocation() -> str | None:
         except OSError:
             return None
         if any(Path(a.decode(errors="replace")).name == "dvc" for a in argv[:2]):
-            return f"{pid}-{stat[1]}"
+            words = [a.decode(errors="replace") for a in argv if a]
+            return pid, stat[1], words
         pid = stat[0]
     return None
+
+
+def repro_invocation() -> str | None:
+    """`<pid>-<start time>` of the `dvc` process that runs this stage (the nearest ancestor
+    whose command line runs dvc): the same for every stage of one `dvc repro` / `dvc exp run`,
+    and never reused. None when there is no such ancestor or no /proc."""
+    found = _dvc_ancestor()
+    return None if found is None else f"{found[0]}-{found[1]}"
+
+
+def repro_command() -> str:
+    """The command line of the `dvc` invocation running this stage, as typed (`dvc repro
+    finetune@sst2`, `dvc exp run -n study`): the name of its parent run."""
+    found = _dvc_ancestor()
+    if found is None:
+        return "dvc repro"
+    argv = found[2]
+    start = next(i for i, a in enumerate(argv) if Path(a).name == "dvc")
+    return " ".join(["dvc", *argv[start + 1:]])[:250]
 
 
 def repro_parent_id(uri: str, key: str, create: Callable[[], str],

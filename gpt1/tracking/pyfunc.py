@@ -12,6 +12,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pandas as pd  # at module level: MLflow resolves the predict type hint through it
+
+from gpt1.errors import Gpt1Error
 from gpt1.tracking.runs import active
 
 log = logging.getLogger(__name__)
@@ -26,39 +29,40 @@ _PYFUNC_CODE = (
 
 def pyfunc_model() -> Any:
     """The mlflow PythonModel serving a model logged by `log_model`: a pre-trained LM scores
-    each `text` (its mean next-token loss, nats); a fine-tuned model returns `label` and
-    `probabilities` (JSON) for `text` (+ optional `text_b`, `choices` as a JSON list), or a
-    `score` for a regression task. Inputs are raw text, standardised as in training."""
+    each `text` (its mean next-token loss, nats); a fine-tuned model answers as `gpt1 predict`
+    does (the same `gpt1.predict.classify`): `label` and `probabilities` (JSON) for `text` plus
+    the task's `text_b` / `choices` (a list, or a JSON list), or a `score` for a regression
+    task. Inputs are raw text, standardised as in training."""
     import mlflow.pyfunc
-    import pandas as pd
 
     class Gpt1Model(mlflow.pyfunc.PythonModel):  # type: ignore[misc,name-defined]
         loaded: Any
 
         def load_context(self, context: Any) -> None:
+            self.load(context.artifacts["model"], context.artifacts["tokenizer"])
+
+        def load(self, model_dir: str, tok_dir: str) -> None:
             from gpt1 import checkpoint, generate, predict
 
-            model_dir, tok_dir = context.artifacts["model"], context.artifacts["tokenizer"]
             self.task = checkpoint.read_model_meta(Path(model_dir)).get("task")
             if self.task:
                 self.loaded = predict.load_task_model(model_dir, tok_dir)
             else:
                 self.loaded = generate.load_lm(model_dir, tok_dir)
 
+        # pd.DataFrame: a hint MLflow takes as "no schema from the hint" (the logged
+        # signature says what the model reads); it must resolve from this module's globals.
         def predict(self, context: Any, model_input: pd.DataFrame,
                     params: Any = None) -> pd.DataFrame:
             from gpt1 import generate, predict
 
             frame = pd.DataFrame(model_input)
-            texts = [str(t) for t in frame["text"]]
             if not self.task:
                 lm, tok = self.loaded
-                return pd.DataFrame({"loss": generate.score_texts(lm, tok, texts)})
+                return pd.DataFrame({"loss": generate.score_texts(
+                    lm, tok, [str(t) for t in frame["text"]])})
             model, tok, spec, saved = self.loaded
-            rows = [{"text_a": t, "text_b": str(frame.get("text_b", [""] * len(texts))[i] or ""),
-                     "choices": json.loads(frame["choices"][i]) if "choices" in frame else []}
-                    for i, t in enumerate(texts)]
-            preds = predict.classify(model, tok, spec, saved, rows)
+            preds = predict.classify(model, tok, spec, saved, predict.frame_rows(frame))
             if spec.regression:
                 return pd.DataFrame({"score": [p["score"] for p in preds]})
             return pd.DataFrame({"label": [p["label"] for p in preds],
@@ -68,12 +72,13 @@ def pyfunc_model() -> Any:
 
 
 def log_model(model_dir: str | Path, tokenizer_dir: str | Path, registered_name: str,
-              example: list[str], outputs: dict[str, str]) -> str | None:
+              example: list[dict[str, Any]], description: str) -> str | None:
     """Log a saved gpt1 model (model.json + model.safetensors of model_dir, and the tokenizer
-    files) as an MLflow pyfunc model of the innermost open run, with a signature (input
-    `text`; `outputs` column -> type) and an input example, and register it as
-    `registered_name`. Returns the model URI (None when no run is open, or when the store is
-    away: the model is then kept for `gpt1 relog`)."""
+    files) as an MLflow pyfunc model of the innermost open run, with the signature MLflow
+    infers from `example` (rows of the task's input columns, gpt1.predict.input_columns) and
+    the model's answer to it, and register it as `registered_name` (described by
+    `description`, alias `current`). Returns the model URI (None when no run is open, or when
+    the store is away: the model is then kept for `gpt1 relog`)."""
     run = active()
     if run is None:
         return None
@@ -89,25 +94,47 @@ def log_model(model_dir: str | Path, tokenizer_dir: str | Path, registered_name:
             lambda lost: {"op": "model", "model": lost.keep(files),
                           "tokenizer": lost.keep(tokenizer_dir),
                           "registered_name": registered_name, "example": example,
-                          "outputs": outputs},
+                          "description": description},
             lambda: uri.append(log_model_files(run.client.tracking_uri, run.run_id, files,
                                                Path(tokenizer_dir), registered_name, example,
-                                               outputs)))
+                                               description)))
     return uri[0] if uri else None
 
 
-def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: Path,
-                    registered_name: str, example: list[str], outputs: dict[str, str]) -> str:
-    """Log the model in `files` (model.json + model.safetensors) and `tokenizer_dir` as the
-    pyfunc model of run `run_id` and register it; returns the model URI."""
-    import mlflow
-    import pandas as pd
-    from mlflow.models import ModelSignature
+def signature(files: Path, tokenizer_dir: Path, example: list[dict[str, Any]]) -> Any:
+    """MLflow's `infer_signature` of the example and the model's own answer to it; columns
+    the task may leave out (gpt1.predict.input_columns) are marked optional."""
+    from mlflow.models import ModelSignature, infer_signature
     from mlflow.types import ColSpec, Schema
 
-    signature = ModelSignature(
-        inputs=Schema([ColSpec("string", "text")]),
-        outputs=Schema([ColSpec(kind, name) for name, kind in outputs.items()]))
+    from gpt1 import checkpoint
+    from gpt1.tasks.registry import TASKS
+
+    model = pyfunc_model()
+    model.load(str(files), str(tokenizer_dir))
+    frame = pd.DataFrame(example)
+    inferred = infer_signature(frame, model.predict(None, frame))
+    task = checkpoint.read_model_meta(files).get("task")
+    if task is None:
+        return inferred
+    from gpt1.predict import input_columns
+
+    required = input_columns(TASKS[task])
+    inputs = Schema([ColSpec(c.type, c.name, required=required.get(str(c.name), c.required))
+                     for c in inferred.inputs.inputs])
+    return ModelSignature(inputs=inputs, outputs=inferred.outputs)
+
+
+def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: Path,
+                    registered_name: str, example: list[dict[str, Any]],
+                    description: str) -> str:
+    """Log the model in `files` (model.json + model.safetensors) and `tokenizer_dir` as the
+    pyfunc model of run `run_id`, register it (description, alias `current` on the new
+    version); returns the model URI."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    sig = signature(files, tokenizer_dir, example)
     with tempfile.TemporaryDirectory() as tmp:
         code = Path(tmp) / "gpt1_pyfunc.py"
         code.write_text(_PYFUNC_CODE, encoding="utf-8")
@@ -116,7 +143,33 @@ def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: 
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=str(code),
                 artifacts={"model": str(files), "tokenizer": str(tokenizer_dir)},
-                signature=signature, input_example=pd.DataFrame({"text": example}),
+                signature=sig, input_example=pd.DataFrame(example),
                 registered_model_name=registered_name)
-    log.info("MLflow model %s registered as %s", info.model_uri, registered_name)
+    client = MlflowClient(tracking_uri)
+    version = str(info.registered_model_version)
+    client.update_registered_model(registered_name, description=description)
+    client.update_model_version(registered_name, version,
+                                description=f"logged by run {run_id}")
+    client.set_registered_model_alias(registered_name, "current", version)
+    log.info("MLflow model %s registered as %s version %s (alias current)", info.model_uri,
+             registered_name, version)
     return str(info.model_uri)
+
+
+def download_model(uri: str, tracking_uri: str | None, dest: Path) -> tuple[Path, Path]:
+    """The model and tokenizer folders of a logged gpt1 model (models:/name/version,
+    models:/name@alias, runs:/id/model), downloaded into `dest`."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        root = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dest),
+                                                        tracking_uri=tracking_uri))
+    except MlflowException as err:
+        first = next(iter(str(err).strip().splitlines()), "")
+        raise Gpt1Error(f"--model {uri}: {first}", tracking_uri or "MLFLOW_TRACKING_URI"
+                        ) from None
+    model, tok = root / "artifacts" / "model", root / "artifacts" / "tokenizer"
+    if not model.is_dir():
+        raise Gpt1Error(f"--model {uri}: not a gpt1 pyfunc model (no artifacts/model)", root)
+    return model, tok

@@ -47,7 +47,12 @@ def _replay(client: Any, pending: Pending, run_id: str, op: dict[str, Any]) -> N
 
         log_model_files(client.tracking_uri, run_id, pending.folder / op["model"],
                         pending.folder / op["tokenizer"], op["registered_name"],
-                        op["example"], op["outputs"])
+                        [e if isinstance(e, dict) else {"text": e} for e in op["example"]],
+                        op.get("description", ""))  # records kept before per-task examples
+    elif kind == "datasets":
+        from gpt1.tracking.runs import dataset_inputs
+
+        client.log_inputs(run_id, datasets=dataset_inputs(op["datasets"]))
     elif kind == "end":
         client.set_terminated(run_id, op["status"])
     else:

@@ -18,6 +18,7 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,6 +209,7 @@ def open_active(
     if attach:
         get_run(client, attach, lineage.STAGE_RUN_ENV)
         run = Run(client, attach)
+        run.set_tags(lineage.context_tags())  # the stage's own process is the run's source
     else:
         run = _created(client, run_spec(params, name, parent, tags, stage), active())
     log.info("MLflow run %s (%s) in %s", run.run_id, name, client.tracking_uri)
@@ -235,6 +237,10 @@ def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
     if not params.tracking.enabled:
         yield _discard
         return
+    if _SCOPE and _ACTIVE and _ACTIVE[-1] is _SCOPE[-1]:
+        yield _SCOPE.pop().on_metrics  # the stage's own run, open since the stage started
+        return
+    stage = os.environ.get("DVC_STAGE") or stage  # one run name per stage on every path
     running = _active_run_id()
     where = lineage.stage_name() or stage  # the DVC stage whose params sections the run logs
     attach = None if running else os.environ.get(lineage.STAGE_RUN_ENV)
@@ -246,6 +252,23 @@ def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
         return
     with open_active(params, stage, parent, {"gpt1.stage": stage}, attach, where) as run:
         yield run.on_metrics
+
+
+_SCOPE: list[Run] = []
+"""The run `stage_scope` opened, until the stage's first `start_run` takes it over."""
+
+
+@contextlib.contextmanager
+def stage_scope(stage: str, params: Params) -> Iterator[None]:
+    """The stage's run, opened before its work starts (so the run's duration is the stage's)
+    and ended with it; the stage's first `start_run` logs into it instead of opening one."""
+    with start_run(stage, params):
+        if _ACTIVE:
+            _SCOPE.append(_ACTIVE[-1])
+        try:
+            yield
+        finally:
+            _SCOPE.clear()
 
 
 @contextlib.contextmanager
@@ -261,7 +284,7 @@ def _repro_parent(params: Params) -> Iterator[str | None]:
     try:
         parent = lineage.repro_parent_id(
             client.tracking_uri, key,
-            lambda: open_run(client, params, "dvc repro", None,
+            lambda: open_run(client, params, lineage.repro_command(), None,
                              {"gpt1.pipeline": "dvc repro", "gpt1.repro": key}, None),
             lambda run_id: client.update_run(run_id, status="RUNNING"))
     except Gpt1Error:
@@ -299,3 +322,35 @@ def log_summary(metrics: Mapping[str, Any]) -> None:
     values = numeric(metrics)
     if _ACTIVE and values:
         _ACTIVE[-1].on_metrics(0, values)
+
+
+def log_datasets(name: str, tables: Mapping[str, tuple[Any, str | Path]]) -> None:
+    """Log the stage's data as dataset inputs of the innermost open run (no-op without one):
+    `tables` maps the context (train, dev, test, ...) to (DataFrame, its file); each becomes
+    MLflow dataset `<name>/<context>` with its digest, schema and row count."""
+    if not _ACTIVE:
+        return
+    from mlflow.data.pandas_dataset import from_pandas
+
+    run = _ACTIVE[-1]
+    rows = []
+    for context, (frame, source) in tables.items():
+        with warnings.catch_warnings():  # MLflow's hints on a local file source (two source
+            warnings.simplefilter("ignore", UserWarning)  # classes match) and on integer
+            entity = from_pandas(frame, source=str(source),  # columns (about model inputs)
+                                 name=f"{name}/{context}")._to_mlflow_entity()
+        rows.append({"context": context, **{k: getattr(entity, k) for k in DATASET_FIELDS}})
+    run.attempt({"op": "datasets", "datasets": rows},
+                lambda: run.client.log_inputs(run.run_id, datasets=dataset_inputs(rows)))
+
+
+DATASET_FIELDS = ("name", "digest", "source_type", "source", "schema", "profile")
+
+
+def dataset_inputs(rows: list[dict[str, Any]]) -> list[Any]:
+    """MLflow DatasetInputs of `log_datasets` rows (also what `gpt1 relog` logs)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    return [DatasetInput(Dataset(**{k: r[k] for k in DATASET_FIELDS}),
+                         [InputTag(MLFLOW_DATASET_CONTEXT, r["context"])]) for r in rows]

@@ -8,9 +8,9 @@ PREFECT_HOME), creates the `gpu` pool, deploys prefect.yaml and starts a worker.
 run is killed with its worker in the middle of pre-training; `gpt1 serve` restarts the
 worker and the README's watched demo run completes: finished stages are skipped,
 pre-training resumes from its checkpoint, the two fine-tunes overlap, dvc.lock and MLflow
-hold everything, logged with the demo's params. The README's full-paper run then runs a stage
-of the paper preset in its working copy; params.yaml stays byte-identical throughout, and
-`gpt1 serve --stop` leaves no process behind.
+hold everything, logged with the demo's params (a stage DVC found cached logs no new run).
+The README's full-paper run then runs a stage of the paper preset in its working copy;
+params.yaml stays byte-identical throughout, and `gpt1 serve --stop` leaves no process behind.
 """
 
 from __future__ import annotations
@@ -250,7 +250,8 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         assert parent_files == {"pipeline_run.md", "config.json"}  # the results table + config
         children = {r.data.tags["gpt1.stage"]: r for r in runs
                     if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
-        assert set(children) == set(tasks)
+        assert set(children) <= set(tasks)
+        assert not set(DATA_STAGES) & set(children), "a stage DVC found cached logged a run"
         assert all(r.info.status == "FINISHED" for r in children.values())
         demo_hash = load_params(repo / "params.yaml").digest()  # the demo's own params
         assert {r.data.tags["gpt1.config_hash"] for r in [parent, *children.values()]} == {
@@ -258,8 +259,8 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
 
         # finished stages were skipped; pre-training resumed from its checkpoint
         dvc_said = {name: r.data.tags["gpt1.dvc"] for name, r in children.items()}
-        assert {dvc_said[s] for s in DATA_STAGES} == {"unchanged"}, dvc_said
-        assert dvc_said["pretrain@1234"] == "ran"
+        assert set(dvc_said.values()) == {"ran"}, dvc_said  # only stages that ran have runs
+        assert {"pretrain@1234", *(f"finetune@{t}-1234" for t in TASKS)} <= set(dvc_said)
         losses = client.get_metric_history(children["pretrain@1234"].info.run_id, "loss")
         assert losses and min(m.step for m in losses) > killed_at, "pre-training restarted at 0"
         assert (run_dir / "model.safetensors").exists()

@@ -104,5 +104,5 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     assert Path(zs["predictions"]).is_file()
     assert "MNLI scored-split accuracy goes from" in text and "Transformer: mean normalised" in text
     assert Path(out["outputs"]["figure"]).read_bytes()[:4] == b"\x89PNG"
-    left = pd.read_csv(out["outputs"]["figure2_left"])
-    assert left["layers"].tolist() == [0, 1, 2] and left["mnli_dev"].notna().all()
+    left = pd.read_csv(out["outputs"]["figure2_left_mnli"])  # one file per layers.tasks entry
+    assert left["layers"].tolist() == [0, 1, 2] and left["dev"].notna().all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
@@ -76,3 +77,56 @@ def test_check_stage_writes_report_and_fails_in_one_line(make_params, tmp_path) 
     (page,) = (docs / "validations" / "corpus_suite").rglob("*.html")
     assert "values must be unique" in page.read_text()  # the failed rule, rendered by GX
     assert not list(docs.parent.glob(".corpus*"))  # built beside, then renamed
+
+
+class _Tables(HTMLParser):
+    """The text and links of every table row of a page, scripts not run (as offline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self.links: list[str] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "a" and self._cell is not None:
+            self.links.append(dict(attrs)["href"] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_data_docs_index_lists_the_validations_offline(cfg, tmp_path, monkeypatch) -> None:
+    """The Data Docs index holds its list of validations as HTML (GX fills it from CDN
+    scripts, which do not load offline), naming the run (the stage) and the asset, linked to
+    the validation page, which names the asset too. Built with the network off."""
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise OSError("network is off in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    df = pd.DataFrame({"doc_id": ["a", "b"], "text": ["Some text.", "More text."]})
+    report = checks.validate_frame(df, "corpus", checks.corpus_rules(cfg),
+                                   tmp_path / "docs", asset="clean_corpus",
+                                   run_name="check_corpus")
+    index = Path(report["data_docs"])
+    page = _Tables()
+    page.feed(index.read_text(encoding="utf-8"))
+    assert ["Status", "Run Time", "Run Name", "Asset Name", "Batch ID",
+            "Expectation Suite"] in page.rows
+    (row,) = [r for r in page.rows if r and r[0] == "Success"]
+    assert row[2:4] == ["check_corpus", "clean_corpus"] and row[5] == "corpus_suite"
+    validation = index.parent / next(x for x in page.links if x.startswith("validations/"))
+    text = validation.read_text(encoding="utf-8")
+    assert "Data asset: clean_corpus" in text and "__none__" not in text

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from conftest import make_params_dict
 
-from gpt1.__main__ import STAGES, build_parser, main
+import gpt1
+from gpt1.__main__ import STAGES, TOOLS, build_parser, command_name, main
 from gpt1.tasks.registry import TASKS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,10 +67,26 @@ def test_help_describes_every_command_without_internal_notes() -> None:
     top = parser.format_help()
     assert "STAGES table" not in top and "half-written" not in top
     sub = next(a for a in parser._actions if a.dest == "command")
-    helps = {c.dest: c.help for c in sub._choices_actions}  # type: ignore[attr-defined]
-    assert set(STAGES) <= set(helps)
+    helps = {c.dest.split()[0]: c.help for c in sub._choices_actions}  # type: ignore[attr-defined]
+    assert {command_name(s) for s in STAGES} <= set(helps)
     assert all(h and not h.startswith("run the `") for h in helps.values()), helps
     finetune = sub.choices["finetune"].format_help()  # type: ignore[attr-defined]
     assert "Fine-tune" in finetune and "{snli,mnli" in finetune
     serve = sub.choices["serve"].format_help()  # type: ignore[attr-defined]
     assert "imports neither prefect" not in serve  # the module's notes for code readers
+
+
+def test_version_and_one_naming_style_with_the_old_names_as_aliases(capsys) -> None:
+    """`gpt1 --version`; every subcommand is kebab-case, the dvc.yaml spelling an alias that
+    runs the same command."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"gpt1 {gpt1.__version__}"
+    parse = build_parser().parse_args
+    names = [command_name(n) for n in [*STAGES, *TOOLS]]
+    assert all(n == n.lower() and "_" not in n for n in names)
+    assert parse(["prepare-task", "--task", "rte"]).command == "prepare_task"
+    assert parse(["prepare_task", "--task", "rte"]).command == "prepare_task"
+    assert parse(["export_hf", "out"]).command == parse(["export-hf", "out"]).command
+    assert parse(["predict", "--model-dir", "m", "x"]).model == "m"  # the old flag names
+    assert parse(["generate", "--run-dir", "r", "x"]).model == "r"

@@ -129,8 +129,14 @@ def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
     assert json.loads((tmp_path / "hf" / "task_head.json").read_text())["labels"] == [
         "negative", "positive"]
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert "fine-tuned on **sst2**" in card and '"mean": 0.61' in card and "## Limits" in card
+    assert "fine-tuned on **sst2**" in card and "| acc | 0.6100 |" in card and "## Limits" in card
     assert f"vocabulary {tok.vocab_size}" in card
+    from huggingface_hub import ModelCard  # the header is the Hub's metadata
+
+    data = ModelCard.load(tmp_path / "hf" / "README.md").data
+    assert card.startswith("---\n") and data.license == "mit"
+    assert (data.library_name, data.pipeline_tag) == ("transformers", "text-classification")
+    assert data.datasets == ["bookcorpus", "nyu-mll/glue"] and data.metrics == ["accuracy"]
 
 
 def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):
@@ -140,7 +146,8 @@ def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):
     _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok", tmp_path / "no-metrics")
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert card.startswith("# gpt1 export: pre-trained LM") and "No metrics file" in card
+    assert card.startswith("---\n") and "\nlicense: mit\n" in card and "No metrics file" in card
+    assert "\n# gpt1 export: pre-trained LM" in card and "pipeline_tag: text-generation" in card
     assert not (tmp_path / "hf" / "task_head.json").exists()
 
 
@@ -234,3 +241,76 @@ def test_run_written_before_vocabulary_padding_still_loads(tiny_params, tmp_path
     idx = torch.randint(0, tok.vocab_size, (2, params.model.n_positions))
     diff = (_our_logits(model, idx) - _hf_logits(tmp_path / "hf", idx)).abs().max().item()
     assert diff <= 1e-4, diff
+
+
+def _task_export(tiny_params, tmp_path, task: str):
+    """A fine-tuned `task` model (head with non-trivial weights) and its export-hf folder."""
+    from gpt1.heads import TaskModel
+    from gpt1.predict import save_task_model
+    from gpt1.tasks.registry import TASKS
+
+    params = _tiny_run(tiny_params, tmp_path)
+    tok = bpe.load_bpe(tmp_path / "tok")
+    body, _ = checkpoint.load_model(tmp_path / "run", tok.hash)
+    task_model = TaskModel(body, TASKS[task], 0.1, 0.02)
+    with torch.no_grad():
+        torch.nn.init.normal_(task_model.head.linear.weight, std=1.0)
+        task_model.head.linear.bias.fill_(0.3)
+    save_task_model(tmp_path / "ft", task_model, params, task, "gpt", tok)
+    export_hf(tmp_path / "ft", tmp_path / "hf", tmp_path / "tok")
+    return params, task_model.eval(), tok
+
+
+def test_choice_head_exports_as_transformers_double_heads_model(tiny_params, tmp_path):
+    """A multiple-choice model loads as OpenAIGPTDoubleHeadsModel; its mc_logits at the
+    `_classify_` token are our choice head's scores."""
+    _, task_model, tok = _task_export(tiny_params, tmp_path, "story_cloze")
+    assert not (tmp_path / "hf" / "task_head.safetensors").exists()
+    hf = transformers.OpenAIGPTDoubleHeadsModel.from_pretrained(tmp_path / "hf",
+                                                                local_files_only=True).eval()
+    idx = torch.randint(0, tok.vocab_size - 3, (2, 2, 10))  # 2 examples x 2 answers
+    idx[:, :, -1] = tok.classify_id
+    lengths = torch.full((2, 2), 10)
+    with torch.no_grad():
+        ours, _ = task_model(idx, lengths)
+        theirs = hf(idx, mc_token_ids=lengths - 1).mc_logits
+    assert (ours - theirs).abs().max().item() <= 1e-4
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "OpenAIGPTDoubleHeadsModel" in card
+
+
+@pytest.mark.parametrize("task", ["rte", "story_cloze"])
+def test_predict_reads_an_export_outside_the_repository(tiny_params, tmp_path, monkeypatch,
+                                                         capsys, task):
+    """`gpt1 predict --model <export-hf folder>` answers from the folder alone (no params file,
+    cwd outside any repository), as the fine-tuned model does; --model-dir is its alias."""
+    params, _, _ = _task_export(tiny_params, tmp_path / "w", task)
+    raw = params.as_dict()
+    raw["paths"]["tokenizer"] = str(tmp_path / "w" / "tok")
+    (tmp_path / "w" / "params.yaml").write_text(json.dumps(raw))
+    inputs = (["a man sleeps.", "--text-b", "a person rests."] if task == "rte" else
+              ["she left.", "--choices", "it rained.", "the sea sang."])
+    assert main(["--params", str(tmp_path / "w" / "params.yaml"), "predict", "--model-dir",
+                 str(tmp_path / "w" / "ft"), *inputs]) == 0
+    expected = capsys.readouterr().out
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    assert main(["predict", "--model", str(tmp_path / "w" / "hf"), *inputs]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == expected and json.loads(expected)["label"], captured.err
+    assert main(["generate", "--model", str(tmp_path / "w" / "hf"), "the cat"]) == 2
+    assert "Transformer LM" in capsys.readouterr().err  # a task model is not an LM
+
+
+def test_generate_reads_a_pretrained_export_outside_the_repository(tiny_params, tmp_path,
+                                                                   monkeypatch, capsys):
+    _tiny_run(tiny_params, tmp_path)
+    export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
+    monkeypatch.chdir(tmp_path)  # no params.yaml here
+    args = ["generate", "--model", str(tmp_path / "hf"), "The cat", "--max-new-tokens", "4"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert first.strip()
+    assert main([*args[:2], str(tmp_path / "run"), *args[3:]]) == 2  # no tokenizer there
+    assert "paths.tokenizer" in capsys.readouterr().err

@@ -339,3 +339,50 @@ def test_flow_records_a_stage_while_the_store_is_away(on_params, tmp_path, monke
     assert main(["--params", str(_stage_params(tmp_path, None)), "relog"]) == 0
     (child,) = tracking.child_runs(on_params, parent)
     assert child["metrics"] == {"tokens": 900.0} and child["status"] == "FINISHED"
+
+
+def test_stage_run_has_mlflows_context_and_covers_the_stage_work(on_params, tmp_path,
+                                                                 monkeypatch) -> None:
+    """A stage's run carries MLflow's own context tags (source, user, git), is opened before
+    the stage's work (its duration covers it), is named by the stage's DVC address, and lists
+    the data the stage checked as a dataset input."""
+    from mlflow import MlflowClient
+
+    from gpt1.data import clean
+
+    for env in ("DVC_STAGE", tracking.STAGE_ENV, tracking.STAGE_RUN_ENV):
+        monkeypatch.delenv(env, raising=False)
+    params_file = _stage_params(tmp_path, on_params.tracking.uri)
+    work: list[float] = []
+    real = clean.clean_documents
+
+    def slow_clean(*args, **kwargs):
+        work.append(time.time())
+        time.sleep(1.0)  # the stage's work, long enough to see in the run's duration
+        out = real(*args, **kwargs)
+        work.append(time.time())
+        return out
+
+    monkeypatch.setattr(clean, "clean_documents", slow_clean)
+    started = int(time.time() * 1000)
+    assert main(["--params", str(params_file), "download_corpus"]) == 0
+    monkeypatch.setenv("DVC_STAGE", "clean_corpus")  # as `dvc repro` runs it (no parent: none)
+    monkeypatch.setattr(tracking.runs.lineage, "repro_invocation", lambda: None)
+    assert main(["--params", str(params_file), "clean_corpus"]) == 0
+    monkeypatch.delenv("DVC_STAGE")
+    assert main(["--params", str(params_file), "check-corpus"]) == 0
+    client = MlflowClient(tracking_uri=on_params.tracking.uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = {r.info.run_name: r for r in client.search_runs(experiments)
+            if r.info.start_time >= started}
+    run = runs["clean_corpus"]
+    assert run.info.start_time <= work[0] * 1000 and run.info.end_time >= work[1] * 1000
+    tags = run.data.tags
+    assert tags["mlflow.user"] and tags["mlflow.source.type"] == "LOCAL"
+    assert tags["mlflow.source.name"] and tags["mlflow.source.git.commit"] == \
+        tracking.git_commit()
+    assert run.data.metrics["documents"] > 0  # the stage's record landed in the same run
+    check = runs["check_corpus"]
+    (dataset,) = check.inputs.dataset_inputs
+    assert dataset.dataset.name == "corpus/checked"
+    assert dataset.tags[0].value == "checked" and "download_corpus" in runs

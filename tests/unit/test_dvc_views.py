@@ -1,0 +1,79 @@
+"""DVC's own views fit a terminal: the headline scores file (reports/headline.json) through the
+README's `dvc exp show` and `dvc metrics show` views at 160 columns, no column cut to "…"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from gpt1.report.document import headline
+from gpt1.tasks.registry import TASKS
+
+DVC = str(Path(sys.executable).with_name("dvc"))
+EXP_VIEW = ["exp", "show", "--no-pager", "--drop", ".*", "--keep", "Experiment|ft"]  # README
+
+
+def _record(params, task: str, config_hash: str) -> dict:
+    metric = TASKS[task].metric
+    return {"task": task, "config_hash": config_hash,
+            "scores": {metric: {"mean": 0.123456, "sd": 0.01, "per_seed": [0.1, 0.2]}}}
+
+
+def test_headline_holds_the_current_configs_primary_scores(tiny_params) -> None:
+    metrics = {f"finetune_{t}": _record(tiny_params, t, tiny_params.digest())
+               for t in tiny_params.finetune.tasks}
+    metrics["finetune_rte"]["config_hash"] = "another"  # a stale record of another preset
+    scores = headline(tiny_params, metrics)["ft"]
+    assert "rte" not in scores and scores["mnli"] == 12.3  # MNLI's primary: acc_matched
+    assert set(scores) == set(tiny_params.finetune.tasks) - {"rte"}
+
+
+def _run(args: list[str], cwd: Path) -> str:
+    env = {**os.environ, "COLUMNS": "160", "DVC_NO_ANALYTICS": "1"}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_readme_views_of_every_task_fit_160_columns(tiny_params, tmp_path: Path) -> None:
+    metrics = {f"finetune_{t}": _record(tiny_params, t, tiny_params.digest()) for t in TASKS}
+    params = tiny_params.model_copy(update={"finetune": tiny_params.finetune.model_copy(
+        update={"tasks": list(TASKS)})})
+    metrics = {k: {**v, "config_hash": params.digest()} for k, v in metrics.items()}
+    repo = tmp_path / "repo"
+    (repo / "reports").mkdir(parents=True)
+    (repo / "reports" / "headline.json").write_text(json.dumps(headline(params, metrics)))
+    (repo / "dvc.yaml").write_text("stages:\n  report:\n    cmd: 'true'\n    metrics:\n"
+                                   "      - reports/headline.json:\n          cache: false\n")
+    for cmd in (["git", "init", "-q"], [DVC, "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        _run(cmd, repo)
+    for view in (EXP_VIEW, ["metrics", "show", "reports/headline.json"]):
+        out = _run([DVC, *view], repo)
+        assert all(f"ft.{t}" in out for t in TASKS), out
+        assert "…" not in out and max(len(line) for line in out.splitlines()) <= 160, out
+
+
+def test_figure2_left_plots_follow_the_params(make_params, tmp_path: Path) -> None:
+    """One Figure 2-left file per task of params layers.tasks, in the folder dvc.yaml's plot
+    definition names, so `dvc plots show` draws every configured task (none hard-coded)."""
+    import yaml
+    from test_report import fixture_metrics
+
+    from gpt1 import records
+    from gpt1.report import document
+
+    params = make_params({"layers": {"tasks": ["race"], "layers_transferred": [0, 2, 4]},
+                          "model": {"n_layer": 4}, "paths": {"reports": str(tmp_path / "r")}})
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    paths = document.write_outputs(params, metrics, {})
+    folder = tmp_path / "r" / "plots" / "figure2_left"
+    assert sorted(p.name for p in folder.iterdir()) == ["race.csv"]
+    assert paths["figure2_left_race"].read_text().splitlines()[0] == "layers,dev,train"
+    repo = Path(__file__).resolve().parents[2]
+    (plot,) = [p for p in yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
+               if "figure2_left" in next(iter(p))]
+    ((source, spec),) = plot.items()
+    assert source == "reports/plots/figure2_left" and spec["y"] == ["dev", "train"]
