@@ -1,9 +1,10 @@
 """`gpt1 export-hf [--model MODEL] OUT_DIR`: a model as a transformers OpenAIGPT folder.
 
-MODEL (default: the first pre-training seed's run, <paths.checkpoints>/p<seed>; the old positional form
-`export-hf RUN_DIR OUT_DIR` still works) may be a pre-training run, a fine-tuned model
-(<paths.finetuned>/p<seed>/<task>/model), an export-hf folder or models:/name/version. A pre-trained LM
-is exported as OpenAIGPTLMHeadModel. A multiple-choice model as OpenAIGPTDoubleHeadsModel: its
+MODEL (default: the first pre-training seed's run, <paths.checkpoints>/p<seed>; the old
+positional form `export-hf RUN_DIR OUT_DIR` still works) may be a pre-training run, a
+fine-tuned model (<paths.finetuned>/p<seed>/<task>/model), an export-hf folder or
+models:/name/version. A pre-trained LM is exported as OpenAIGPTLMHeadModel. A multiple-choice
+model as OpenAIGPTDoubleHeadsModel: its
 `multiple_choice_head` (a linear layer with bias on the state at `mc_token_ids`, summary_type
 cls_index) is exactly our choice head on the `_classify_` token. Other task heads have no
 OpenAIGPT counterpart (OpenAIGPTForSequenceClassification has no bias and reads the last
@@ -66,6 +67,8 @@ def run(args: argparse.Namespace, params: Params) -> None:
     params.paths.tokenizer), scores for the card from params.paths.metrics."""
     if len(args.paths) > 2 or (len(args.paths) == 2 and args.model):
         raise Gpt1Error("export-hf: give OUT_DIR, and the model with --model")
+    from gpt1 import checkpoint
+
     model = args.model or (args.paths[0] if len(args.paths) == 2
                            else checkpoint.pretrain_dir(params, "gpt"))
     export_hf(model, args.paths[-1], getattr(args, "tokenizer", None) or params.paths.tokenizer,
@@ -207,10 +210,11 @@ def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
     params = parse_params(meta["params"], meta_path)
     state = load_file(str(folder / "model.safetensors"))
     body = networks.build_model("gpt", params, meta["vocab_size"])
-    ours = {k.removeprefix("transformer."): (v.t().contiguous() if k.endswith(_CONV1D) else v)
-            for k, v in state.items() if k.startswith("transformer.")}
+    ours = hf_weights.from_hf({k: v for k, v in state.items() if k.startswith("transformer.")})
     if "tokens_embed.weight" not in ours and "lm_head.weight" in state:
         ours["tokens_embed.weight"] = state["lm_head.weight"]  # saved once, as the tied head
+    if "tokens_embed.weight" in ours:  # model.vocab_pad_multiple: the export has the real rows
+        ours = hf_weights.pad_embedding(ours, body.tokens_embed.weight.shape[0])
     missing = set(body.state_dict()) - set(ours)
     if missing:
         raise Gpt1Error(f"weights missing from the export: {sorted(missing)[:3]}",

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="default: params seed")
     parser.add_argument("--model", "--run-dir", dest="model",
                         help="a pre-training run, an export-hf folder of it or "
-                             "models:/gpt1-pretrain/N (default: <paths.checkpoints>/p<first of pretrain.seeds>)")
+                             "models:/gpt1-pretrain/N (default: <paths.checkpoints>/p<first "
+                             "of pretrain.seeds>)")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:

@@ -267,10 +267,7 @@ def write_run(src: Path, params: Params, run_dir: str | Path, tok: Any) -> dict[
         state["tokens_embed.weight"] = torch.cat([embed, fresh * cfg["initializer_range"]])
     run_params = model_params(params, cfg, len(merges), src / "config.json")
     model = networks.build_model("gpt", run_params, tok.vocab_size)
-    rows = model.tokens_embed.weight.shape[0]  # model.vocab_pad_multiple: zero padded rows
-    embed = state["tokens_embed.weight"]
-    state["tokens_embed.weight"] = torch.cat([embed, embed.new_zeros(rows - len(embed),
-                                                                     embed.shape[1])])
+    state = hf_weights.pad_embedding(state, model.tokens_embed.weight.shape[0])
     model.load_state_dict({k: v.float() for k, v in state.items()})
     meta = {"kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "params": run_params.as_dict(), "step": 0, "arch": "gpt1",

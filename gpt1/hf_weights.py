@@ -32,6 +32,18 @@ def to_hf(state: dict[str, Any], vocab_size: int | None = None) -> dict[str, Any
     return out
 
 
+def pad_embedding(state: dict[str, Any], rows: int) -> dict[str, Any]:
+    """`state` (ours) with the token embedding padded by zero rows to `rows` (our model's
+    model.vocab_pad_multiple; an export or a release has the real rows only)."""
+    import torch
+
+    embed = state["tokens_embed.weight"]
+    if embed.shape[0] >= rows:
+        return state
+    pad = embed.new_zeros(rows - embed.shape[0], embed.shape[1])
+    return {**state, "tokens_embed.weight": torch.cat([embed, pad])}
+
+
 BUFFERS = (".attn.bias", ".attn.masked_bias", "position_ids")
 """Buffers older transformers versions saved with the weights (causal mask, position ids)."""
 

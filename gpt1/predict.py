@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
     parser.add_argument("--model", "--model-dir", dest="model",
                         help="a fine-tuned model folder, an export-hf folder or "
-                             "models:/name/version (default: <paths.finetuned>/p<first of pretrain.seeds>/<task>/model)")
+                             "models:/name/version (default: <paths.finetuned>/p<first of "
+                             "pretrain.seeds>/<task>/model)")
 
 
 def run(args: argparse.Namespace, params: Params) -> None:

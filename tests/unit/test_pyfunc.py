@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1 import bpe, predict, stages, tracking
+from gpt1 import bpe, predict, tracking
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
 from gpt1.tasks.registry import TASKS
