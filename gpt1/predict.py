@@ -202,28 +202,3 @@ def classify(model: Any, tok: Any, spec: TaskSpec, params: Params,
     return [{"label": name(int(p.argmax())),
              "probabilities": {name(i): round(float(v), 6) for i, v in enumerate(p)}}
             for p in probs]
-
-
-MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking thirteen."
-"""Input example of the MLflow models (raw text, standardised by the model)."""
-
-
-def log_model(params: Params, model_dir: str | Path, kind: str, spec: Any,
-              table: pd.DataFrame | None = None) -> None:
-    """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>), its
-    input example the first rows of the task's dev `table` in the task's input columns; the
-    LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
-    from gpt1 import tracking  # MLflow only when a stage logs a model
-
-    if kind != "gpt":
-        for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
-            tracking.log_artifact(Path(model_dir) / name, "model")
-        return
-    if spec is None or table is None:
-        example, name = [{"text": MODEL_EXAMPLE}], "gpt1-pretrain"
-        about = ("GPT-1 pre-trained language model: input `text` (raw), output `loss`, its "
-                 "mean next-token cross-entropy in nats.")
-    else:
-        example, name = example_inputs(spec, table), f"gpt1-{spec.name}"
-        about = describe(spec)
-    tracking.log_model(model_dir, params.paths.tokenizer, name, example, about)

@@ -23,6 +23,7 @@ from gpt1 import (
     bpe,
     checkpoint,
     hf_stages,
+    logged_models,
     networks,
     predict,
     pretraining,
@@ -209,7 +210,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
         metrics.update(backend=meta["backend"], pretrain_seed=seed, kind=kind)
         if is_rank0:
             atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", history)
-            predict.log_model(params, run_dir, kind, None)
+            logged_models.log_model(params, run_dir, kind, None)
             record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={})
     return metrics
 
@@ -304,12 +305,13 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     save = (None if variant != "full" else lambda m, d: predict.save_task_model(
         d / predict.MODEL_DIR, m, params, task, kind, tok, seed))
     with tracking.start_run(stem, params) as on_metrics:
+        used = {**capped, "train": trains[hp.seeds[0]]}  # the first seed's training sample
         tracking.log_datasets(task, {s: (t, Path(params.paths.tasks) / task / f"{s}.parquet")
-                                     for s, t in capped.items()})
+                                     for s, t in used.items()})
         result = finetune_task(spec, hp, data, make_body, out_dir, on_metrics, save,
                                runtime.device(params.device), train_sets)
         if save is not None:
-            predict.log_model(params, model_dir, kind, spec, capped["dev"])
+            logged_models.log_model(params, model_dir, kind, spec, used["train"])
         atomic.write_json(out_dir / "result.json", result)
         metrics = records.finetune_record(params, spec, hp, kind, variant, result, sample,
                                            out_dir, seed)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1 import bpe, predict, tracking
+from gpt1 import bpe, logged_models, predict, tracking
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
 from gpt1.tasks.registry import TASKS
@@ -47,7 +47,7 @@ def registered(make_params, tmp_path: Path, monkeypatch):
         dirs[task] = Path(params.paths.finetuned) / task / predict.MODEL_DIR
         predict.save_task_model(dirs[task], model, params, task, "gpt", tok)
         with tracking.start_run(f"finetune_{task}", params):
-            predict.log_model(params, dirs[task], "gpt", TASKS[task], table)
+            logged_models.log_model(params, dirs[task], "gpt", TASKS[task], table)
     return params, dirs
 
 
