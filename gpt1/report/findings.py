@@ -1,4 +1,5 @@
-"""Findings (a)-(e) of the paper: each tested as fixed in advance (docs/study.md), one verdict
+"""Findings (a)-(e) of the paper: each tested as fixed in advance (docs/study.md; this file, the
+study preset and the pre-registration change together, in the plan commit), one verdict
 line each naming its test, margin and the design's MDE. (a), (b), (e) compare Table 5 rows on
 the confirmatory tasks (`report.confirmatory_tasks`); (c) and (d) are in `curve_tests`.
 
