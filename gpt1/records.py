@@ -8,6 +8,7 @@ sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -115,6 +116,14 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
         if isinstance(data, dict):
             out[path.stem] = {**(_read_json(info) if info.is_file() else {}), **data}
     return out
+
+
+def records_digest(metrics: Metrics) -> str:
+    """sha256 (first 12 hex digits) of the stage records a report is built from (the report's
+    own record, if any, left out): which records a saved verdict belongs to."""
+    body = json.dumps({s: m for s, m in metrics.items() if s != "report"}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 
 RunKey = tuple[int, int]

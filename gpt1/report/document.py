@@ -4,7 +4,7 @@ provenance and stage wall times, assembled into reports/report.md beside the fig
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from gpt1.report.figure2 import (
 from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.tables import render_ablations, render_table
+from gpt1.report.verdict import Finding, findings_json
 from gpt1.tasks.registry import TASKS
 
 
@@ -30,7 +31,9 @@ def _splits_section(metrics: Metrics) -> list[str]:
     lines = ["| metrics file | evaluated on | n_train | n_eval | config hash |",
              "|---|---|---:|---:|---|"]
     for stem, m in sorted(metrics.items()):
-        same = metrics.get(f"finetune_{m.get('task')}", {}).get("eval_split")
+        full = first_run(metrics, f"finetune_{m.get('task')}", task=m.get("task"),
+                         variant="full")
+        same = (full or {}).get("eval_split")
         variant = m.get("variant", "full")
         if "eval_split" in m and not (variant != "full" and m["eval_split"] == same):
             lines.append(f"| {stem} | {m['eval_split']} | {m.get('n_train', '')} | "
@@ -263,7 +266,8 @@ REGENERATE = {
 
 
 def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name: str,
-                 expected_hashes: Mapping[str, str]) -> str:
+                 expected_hashes: Mapping[str, str],
+                 found: Sequence[Finding] | None = None) -> str:
     """The markdown report (deterministic: same metrics and params, same text).
 
     A metrics file whose config_hash is neither `expected_hashes[stem]` (variants run with
@@ -311,7 +315,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     lrs = lr_section(params, metrics)
     if lrs:
         out += ["### Learning rates (pilot on a carved dev split)", "", *lrs, ""]
-    found = evaluate_findings(params, metrics, left, right)
+    found = list(found) if found is not None else evaluate_findings(params, metrics, left, right)
     out += render_findings(params, metrics, left, right, found)
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
             f"Left, layers transferred ({', '.join(params.layers.tasks)}; k in "
@@ -368,12 +372,19 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
             continue
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))
-    text = build_report(params, metrics, params.digest(), paths["figure"].name, expected_hashes)
+    found = evaluate_findings(params, metrics, left, right)
+    text = build_report(params, metrics, params.digest(), paths["figure"].name, expected_hashes,
+                        found)
     atomic.write_text(paths["report"], text)
+    paths["findings"] = out / FINDINGS_FILE
+    atomic.write_json(paths["findings"], findings_json(found, metrics, params.digest()))
     paths["headline"] = out / HEADLINE_FILE
     atomic.write_json(paths["headline"], headline(params, metrics))
     return paths
 
+
+FINDINGS_FILE = "findings.json"
+"""The findings (a)-(e) with their CIs as data, for `gpt1 verdicts` (gpt1.report.verdict)."""
 
 HEADLINE_FILE = "headline.json"
 """The scores a user compares across experiments, as one small DVC metrics file (short,
@@ -384,10 +395,12 @@ terminal): each fine-tuned task's primary score (mean over seeds, %) as ft.<task
 def headline(params: Params, metrics: Metrics) -> dict[str, Any]:
     """{"ft": {task: primary score %}} for the tasks of params.finetune.tasks fine-tuned under
     the current params (a record of another config is left out)."""
+    current = {s: m for s, m in metrics.items() if m.get("config_hash") == params.digest()}
+    full = variant_results(current, "full")  # pooled over pre-training seeds
     scores = {}
     for task in params.finetune.tasks:
-        record = metrics.get(f"finetune_{task}")
-        if record is None or record.get("config_hash") != params.digest():
+        record = full.get(task) or current.get(f"finetune_{task}")
+        if record is None:
             continue
         value = record["scores"].get(TASKS[task].metric, {}).get("mean")
         if value is not None:

@@ -4,14 +4,17 @@ contrast from the records' per-run scores (available without prediction files), 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpt1 import stats
-from gpt1.records import record_runs
+from gpt1.errors import Gpt1Error
+from gpt1.records import Metrics, record_runs, records_digest
 from gpt1.tasks.registry import TASKS
 
 NO_CI = "no CI: predictions not available"
@@ -35,6 +38,29 @@ class Finding:
     def reproduces(self) -> bool:
         """Counts as reproducing the paper: held, and not against a non-learning baseline."""
         return self.verdict == "held" and not self.flagged
+
+
+def findings_json(found: Sequence[Finding], metrics: Metrics, config_hash: str
+                  ) -> dict[str, Any]:
+    """The report's findings as data (reports/findings.json): the CIs need the per-example
+    prediction files, which are not in git, so `gpt1 verdicts` reads them from here."""
+    return {"records_digest": records_digest(metrics), "config_hash": config_hash,
+            "findings": [asdict(f) for f in found]}
+
+
+def saved_findings(path: Path, metrics: Metrics) -> list[Finding] | None:
+    """The findings a report saved at `path`, if it was built from exactly these records
+    (same records digest); None when there is no such file or it belongs to other records."""
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if data["records_digest"] != records_digest(metrics):
+            return None
+        names = {f.name for f in fields(Finding)}
+        return [Finding(**{k: v for k, v in d.items() if k in names}) for d in data["findings"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise Gpt1Error(f"not a findings file ({type(err).__name__}: {err})", path) from None
 
 
 def pts(x: float) -> str:

@@ -2,10 +2,11 @@
 statistic and CI, the design's MDE.
 
 Each run is a params file (its `paths.metrics` holds the run's committed records); the
-findings are the report's own (gpt1.report.findings), so a verdict here is the report's. A
-"held" against a flagged (non-learning) arm is labelled as such and does not count as
-reproducing the paper; without the per-example prediction files (they are not in git) there is
-no CI and the verdict says so.
+findings are the report's own: saved by the report stage (`findings.json`, with the CIs its
+per-example prediction files gave) when the records are the ones it was built from, else
+recomputed (gpt1.report.findings). A "held" against a flagged (non-learning) arm is labelled as
+such and does not count as reproducing the paper; recomputed without the prediction files
+(they are not in git) there is no CI and the verdict says so.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import numpy as np
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.records import Metrics, read_metrics, variant_results
+from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.figure2 import layer_curves, zeroshot_curves
 from gpt1.report.findings import evaluate_findings, row_mde
-from gpt1.report.verdict import Finding, component, run_points
+from gpt1.report.verdict import Finding, component, run_points, saved_findings
 
 DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
 
@@ -113,21 +115,30 @@ PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872 + 1000) / 2),
 """(label, pre-training seeds, fine-tuning seeds, mean eval examples of SST-2 and QNLI)."""
 
 
-def run_findings(params: Params) -> tuple[Metrics, list[Finding]]:
+def run_findings(params: Params) -> tuple[Metrics, list[Finding], str]:
+    """The run's records, its findings and where they came from: the report's own
+    (`<paths.reports>/findings.json`, CIs included) when it was built from exactly these
+    records, else recomputed from the records (no CI where the prediction files are absent)."""
     metrics = read_metrics(params.paths.metrics)
     if not metrics:
         raise Gpt1Error("no stage records (run the pipeline, or name another --run)",
                         params.paths.metrics)
+    path = Path(params.paths.reports) / FINDINGS_FILE
+    saved = saved_findings(path, metrics)
+    if saved is not None:
+        return metrics, saved, f"findings from `{path}` (the report's; same records)"
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
-    return metrics, evaluate_findings(params, metrics, left, zeroshot_curves(metrics))
+    found = evaluate_findings(params, metrics, left, zeroshot_curves(metrics))
+    why = "other records" if path.is_file() else "none"
+    return metrics, found, f"findings recomputed from the records (`{path}`: {why})"
 
 
 def render(runs: Sequence[tuple[str, str, Params]]) -> str:
     """The verdict table and, per run, where it came from."""
     rows, notes = [], []
     for name, path, params in runs:
-        metrics, found = run_findings(params)
-        notes.append(f"- **{name}**: `{path}`, records in `{params.paths.metrics}`; "
+        metrics, found, source = run_findings(params)
+        notes.append(f"- **{name}**: `{path}`, records in `{params.paths.metrics}`; {source}; "
                      f"{design_text(metrics)}; bootstrap {params.report.bootstrap_samples:,} "
                      f"draws; confirmatory tasks "
                      f"{', '.join(t.upper() for t in params.report.confirmatory_tasks)}.")
@@ -142,9 +153,12 @@ def render(runs: Sequence[tuple[str, str, Params]]) -> str:
         f"Regenerate from the committed metrics: `{cmd}`.", "",
         "Each paper claim (a)-(e) of docs/study.md, tested as there (gpt1/report/findings.py, "
         "gpt1/stats.py), on each committed run. `held` needs the CI (a run-level hierarchical "
-        "bootstrap over per-example predictions); the prediction files are not in git, so a "
-        "run whose files are absent has no CI and no verdict (`no CI: predictions not "
-        "available`), only its point estimate from the records' per-run scores. A flagged arm "
+        "bootstrap over per-example predictions). The prediction files are not in git: the "
+        "report stage saves its findings, CIs included, in `findings.json` beside the report, "
+        "and they are used while the run's records are the ones the report was built from; "
+        "otherwise the findings are recomputed, and a run whose prediction files are absent "
+        "has no CI and no verdict (`no CI: predictions not available`), only its point "
+        "estimate from the records' per-run scores. A flagged arm "
         "is a non-learning baseline (>= 95 % of predictions one class, or not above the "
         "majority baseline); a verdict against it does not reproduce the paper.", "",
         "| claim | run | verdict | statistic | CI | design MDE (at report.power) | flagged arm "

@@ -31,6 +31,19 @@ def test_headline_holds_the_current_configs_primary_scores(tiny_params) -> None:
     assert set(scores) == set(tiny_params.finetune.tasks) - {"rte"}
 
 
+def test_headline_pools_the_records_of_every_pretraining_seed(tiny_params) -> None:
+    metrics = {}
+    for pseed, per_seed in ((1, [0.5, 0.7]), (2, [0.9, 0.9])):
+        rec = _record(tiny_params, "sst2", tiny_params.digest())
+        rec.update(variant="full", pretrain_seed=pseed, seeds=[0, 1])
+        rec["scores"]["acc"] = {"mean": sum(per_seed) / 2, "sd": 0.1, "per_seed": per_seed}
+        metrics[f"finetune_sst2_p{pseed}"] = rec
+    params = tiny_params.model_copy(update={"finetune": tiny_params.finetune.model_copy(
+        update={"tasks": ["sst2"]})})
+    metrics = {k: {**v, "config_hash": params.digest()} for k, v in metrics.items()}
+    assert headline(params, metrics)["ft"] == {"sst2": 75.0}  # the mean of the 4 runs
+
+
 def _run(args: list[str], cwd: Path) -> str:
     env = {**os.environ, "COLUMNS": "160", "DVC_NO_ANALYTICS": "1"}
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,

@@ -67,3 +67,54 @@ def test_a_bad_run_argument_is_one_line(tmp_path: Path, capsys) -> None:
     assert main(["verdicts", "--run", "nameonly", "--out", str(tmp_path / "v.md")]) == 2
     assert "expected NAME=PARAMS" in capsys.readouterr().err
     assert not (tmp_path / "v.md").exists()
+
+
+def test_the_reports_saved_findings_give_the_cis_without_the_prediction_files(
+        tmp_path: Path) -> None:
+    """The report stage saves its findings (CIs included) in findings.json; `verdicts` uses
+    them while the records are unchanged, after the prediction files are gone (a fresh clone),
+    and recomputes (no CI) once a record differs."""
+    from gpt1.config import load_params
+    from gpt1.records import read_metrics
+    from gpt1.report.document import FINDINGS_FILE, write_outputs
+
+    path, metrics_dir = _params_file(tmp_path, "run", {"confirmatory_tasks": ["sst2"]})
+    preds = tmp_path / "preds"
+    preds.mkdir()
+    records = {"finetune_sst2": _preds_json(preds, "full", "sst2", [0.85, 0.8, 0.9], 400),
+               "finetune_scratch_sst2": _preds_json(preds, "scratch", "sst2", [0.6] * 3, 400)}
+    for stem, body in records.items():
+        (metrics_dir / f"{stem}.json").write_text(json.dumps(body))
+    params = load_params(path)
+    written = write_outputs(params, read_metrics(metrics_dir), {})
+    assert written["findings"] == Path(params.paths.reports) / FINDINGS_FILE
+    report_a = next(line for line in written["report"].read_text().splitlines()
+                    if "(a)" in line and "95 % CI [" in line)
+
+    for p in preds.iterdir():
+        p.unlink()  # a fresh clone: the prediction files are not in git
+    out = tmp_path / "verdicts.md"
+    assert main(["verdicts", "--run", f"run={path}", "--out", str(out)]) == 0
+    verdict, stat, ci, *_ = _rows(out.read_text())[("(a)", "run")]
+    assert ci.startswith("95 % CI [") and ci.split("CI ")[1] in report_a
+    assert verdict == "held" and "(the report's; same records)" in out.read_text()
+
+    body = json.loads((metrics_dir / "finetune_sst2.json").read_text())
+    body["n_eval"] = 399  # another record than the report's
+    (metrics_dir / "finetune_sst2.json").write_text(json.dumps(body))
+    assert main(["verdicts", "--run", f"run={path}", "--out", str(out)]) == 0
+    assert _rows(out.read_text())[("(a)", "run")][0] == "no CI: predictions not available"
+    assert "recomputed from the records" in out.read_text()
+
+
+def test_a_damaged_findings_file_is_one_line(tmp_path: Path, capsys) -> None:
+    path, metrics_dir = _params_file(tmp_path, "run", {})
+    fixture_metrics(metrics_dir)
+    from gpt1.config import load_params
+    reports = Path(load_params(path).paths.reports)
+    reports.mkdir(parents=True, exist_ok=True)
+    (reports / "findings.json").write_text("{not json")
+    out = tmp_path / "v.md"
+    assert main(["verdicts", "--run", f"run={path}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "findings.json: not a findings file" in err and not out.exists()
