@@ -15,7 +15,7 @@ from gpt1 import stats
 from gpt1.config import Params
 from gpt1.records import Metrics, layer_results
 from gpt1.report.contrasts import Preds, Term, component_term, read_predictions, run_contrast
-from gpt1.report.figure2 import MODEL_LABELS, scored_key, zeroshot_predictions
+from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
 from gpt1.report.verdict import (
     NO_CI,
     Finding,
@@ -105,21 +105,26 @@ def _composite_curve(params: Params, m: Mapping[str, Any]) -> list[tuple[int, fl
 
 def _zs_contrast(params: Params, recs: Sequence[Mapping[str, Any]],
                  step_weights: Mapping[int, float]) -> stats.RunBootstrap | None:
-    """Bootstrap of sum over steps of weight x composite(step), one run per pre-training seed."""
-    terms = []
+    """Bootstrap of sum over steps of weight x composite(step), one run per pre-training seed:
+    one term per task and step holding every seed's run (the seeds share their examples), so
+    the contrast resamples the pre-training seeds and the examples together."""
+    if not recs:
+        return None
+    runs: dict[tuple[int, int], ZsPreds] = {}
     for m in recs:
         preds = zeroshot_predictions(m)
         if preds is None:
             return None
-        run = (int(m.get("pretrain_seed", 0)), 0)
-        for t, wt in _weights(params, m).items():
-            norm = m["norm"][t]
-            for step, ws in step_weights.items():
-                y, p = preds[t][step]
-                ids = np.arange(len(y))
-                terms.append(Term(t, norm["metric"], None,
-                                  {run: Preds(ids, y, p, np.full(len(y), ""))},
-                                  wt * ws / (norm["sota"] - norm["random"]), norm["random"]))
+        runs[(int(m.get("pretrain_seed", 0)), 0)] = preds
+    terms = []
+    for t, wt in _weights(params, recs[0]).items():
+        norm = recs[0]["norm"][t]
+        for step, ws in step_weights.items():
+            per_run = {run: Preds(np.arange(len(preds[t][step][0])), preds[t][step][0],
+                                  preds[t][step][1], np.full(len(preds[t][step][0]), ""))
+                       for run, preds in runs.items()}
+            terms.append(Term(t, norm["metric"], None, per_run,
+                              wt * ws / (norm["sota"] - norm["random"]), norm["random"]))
     return run_contrast(terms, params)
 
 

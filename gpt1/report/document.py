@@ -246,13 +246,35 @@ def plan_check(commit: str) -> str:
                else f"touches results: {', '.join(results) or 'unknown'}"))
 
 
+ANALYSIS_PATHS = ("docs/study.md", "configs/cpu-study.yaml", "gpt1/report", "gpt1/stats.py",
+                  "gpt1/scoring.py", "gpt1/records.py")
+"""The plan and the code that turns records into verdicts: a commit after the plan commit that
+touches any of them is printed in the report."""
+
+
+def analysis_changes(commit: str) -> list[str] | None:
+    """`<hash> <subject>` of every commit after `commit` (to HEAD) touching ANALYSIS_PATHS;
+    None when git cannot tell (no such commit, no git)."""
+    code, out = _git("log", "--format=%h %s", f"{commit}..HEAD", "--", *ANALYSIS_PATHS)
+    if code != 0:
+        return None
+    return [line if len(line) <= 300 else line[:299] + "…" for line in out.splitlines()]
+
+
 def plan_section(params: Params) -> list[str]:
-    """The plan commit (and what git says of it) and the deviations from the plan."""
+    """The plan commit (and what git says of it), the deviations from the plan and the
+    analysis-code commits after it (git)."""
     devs = params.report.deviations
     commit = plan_commit(params)
+    changes = analysis_changes(commit)
     return [f"Plan: [docs/study.md](../docs/study.md) (pre-registration), fixed at commit "
             f"`{commit}` ({plan_check(commit)}). Deviations from the plan:"
-            + (" none." if not devs else ""), *[f"- {d}" for d in devs]]
+            + (" none." if not devs else ""), *[f"- {d}" for d in devs],
+            "", "Commits after the plan commit that change the plan or the analysis code "
+            f"(`git log {commit}..HEAD -- {' '.join(ANALYSIS_PATHS)}`):"
+            + (" unknown (git cannot list them here)." if changes is None
+               else " none." if not changes else ""),
+            *[f"- `{c.split(' ', 1)[0]}` {c.partition(' ')[2]}" for c in changes or []]]
 
 
 # The command that regenerates each preset's report from a fresh clone (README, "Presets").

@@ -416,6 +416,14 @@ def test_finding_d_tests_the_composite_and_its_slope_after_warm_up(make_params,
         f = curve_tests.zeroshot_finding(params, metrics, figure2.zeroshot_curves(metrics))
         assert f.verdict == word, name
         assert "slope 95 % CI" in f.line and "Exploratory, no verdict" in f.line
+    pooled = {}  # two pre-training runs (one record each) give one CI over both
+    for pseed in (1, 2):
+        (tmp_path / f"p{pseed}").mkdir()
+        pooled[f"zeroshot_p{pseed}"] = {**_zeroshot_json(
+            tmp_path / f"p{pseed}", "transformer", {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400),
+            "pretrain_seed": pseed}
+    f = curve_tests.zeroshot_finding(params, pooled, figure2.zeroshot_curves(pooled))
+    assert f.verdict == "held" and "2 pre-training seed(s)" in f.line, f.line
     metrics = {"zeroshot": _zeroshot_json(tmp_path, "transformer",
                                           {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400)}
     bands = figure2.zeroshot_bands(params, metrics)
@@ -561,6 +569,15 @@ def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None
     monkeypatch.chdir(tmp_path)
     assert document.plan_check(plan) == "an ancestor of HEAD; touches no result"
     assert document.plan_check(late).endswith("touches results: reports/report.md")
+    (tmp_path / "gpt1" / "report").mkdir(parents=True)
+    (tmp_path / "gpt1" / "report" / "findings.py").write_text("fix\n")
+    git("add", "-A")
+    git("commit", "-qm", "a fix to the analysis code")
+    fix = git("rev-parse", "--short", "HEAD")
+    assert document.analysis_changes(plan) == [f"{fix} a fix to the analysis code",
+                                               f"{late} run"]
+    assert document.analysis_changes(fix) == []
+    assert document.analysis_changes("0000000") is None
     assert document.plan_check("0000000") == "not found in this clone's git history"
 
 
