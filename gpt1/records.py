@@ -119,10 +119,9 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
 
 
 def records_digest(metrics: Metrics) -> str:
-    """sha256 (first 12 hex digits) of the stage records a report is built from (the report's
-    own record, if any, left out): which records a saved verdict belongs to."""
-    body = json.dumps({s: m for s, m in metrics.items() if s != "report"}, sort_keys=True,
-                      default=str)
+    """sha256 (first 12 hex digits) of the stage records a report is built from: which
+    records a saved verdict belongs to."""
+    body = json.dumps(metrics, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 

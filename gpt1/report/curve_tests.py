@@ -103,6 +103,11 @@ def _composite_curve(params: Params, m: Mapping[str, Any]) -> list[tuple[int, fl
             for c in sorted(m["checkpoints"], key=lambda c: c["step"])]
 
 
+def _zs_preds(label: np.ndarray, prediction: np.ndarray) -> Preds:
+    """One run's zero-shot predictions on a task at a step (examples in file order)."""
+    return Preds(np.arange(len(label)), label, prediction, np.full(len(label), ""))
+
+
 def _zs_contrast(params: Params, recs: Sequence[Mapping[str, Any]],
                  step_weights: Mapping[int, float]) -> stats.RunBootstrap | None:
     """Bootstrap of sum over steps of weight x composite(step), one run per pre-training seed:
@@ -120,9 +125,7 @@ def _zs_contrast(params: Params, recs: Sequence[Mapping[str, Any]],
     for t, wt in _weights(params, recs[0]).items():
         norm = recs[0]["norm"][t]
         for step, ws in step_weights.items():
-            per_run = {run: Preds(np.arange(len(preds[t][step][0])), preds[t][step][0],
-                                  preds[t][step][1], np.full(len(preds[t][step][0]), ""))
-                       for run, preds in runs.items()}
+            per_run = {run: _zs_preds(*preds[t][step]) for run, preds in runs.items()}
             terms.append(Term(t, norm["metric"], None, per_run,
                               wt * ws / (norm["sota"] - norm["random"]), norm["random"]))
     return run_contrast(terms, params)
