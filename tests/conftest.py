@@ -23,6 +23,21 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+# Under pytest-xdist (`-n 2`, the README's test command) each worker gets one core's worth of
+# OpenMP threads, a passive wait (a spinning thread steals the other worker's core) and its own
+# Prefect home (two ephemeral servers on one SQLite file race on its migrations). Set before
+# torch or prefect is imported, so both read them; the test subprocesses inherit them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _prefect_home = tempfile.mkdtemp(prefix=f"gpt1-tests-{os.environ['PYTEST_XDIST_WORKER']}-")
+    os.environ["PREFECT_HOME"] = _prefect_home
+    atexit.register(shutil.rmtree, _prefect_home, ignore_errors=True)
+
 # A model small enough for CPU unit tests; every other value comes from params.yaml.
 TINY: dict[str, Any] = {
     "bpe": {"n_merges": 200, "min_frequency": 1},
