@@ -47,6 +47,10 @@ from pipelines.workcopy import workspace_for
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
 # sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine).
 STAGE_SLOTS = "gpt1-stages"
+# A held slot's lease, renewed by the holder every 3/4 of it. A lost worker (killed machine)
+# renews nothing, so its slots return once this expires (plus the server's 15 s sweep); Prefect's
+# default of 300 s stalled every later run for up to 5 minutes with no message.
+SLOT_LEASE_SECONDS = 60.0  # the least the Prefect server accepts
 CONFIG_EXIT = 2  # `python -m gpt1` exit code for a Gpt1Error / ParamsError (gpt1/__main__.py)
 
 
@@ -131,7 +135,8 @@ def run_stage(
     where = Path(root)
     remote = params.orchestrate.dvc_remote
     pool = devices or DevicePool(())
-    with concurrency(STAGE_SLOTS, occupy=1, strict=True, raise_on_lease_renewal_failure=False), \
+    with concurrency(STAGE_SLOTS, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS,
+                     raise_on_lease_renewal_failure=False), \
             pool.hold(stage.base) as visible, \
             tracking.stage_run(stage.name, params, parent) as run_id:
         started = time.time()

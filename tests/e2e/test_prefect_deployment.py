@@ -9,13 +9,15 @@ run is killed with its worker in the middle of pre-training; `gpt1 serve` restar
 worker and the README's watched demo run completes: finished stages are skipped,
 pre-training resumes from its checkpoint, the two fine-tunes overlap, dvc.lock and MLflow
 hold everything, logged with the demo's params (a stage DVC found cached logs no new run).
-The README's full-paper run then runs a stage of the paper preset in its working copy;
+The README's full-paper run then runs a stage of the paper preset in its working copy (it
+waits for the stage slots the lost worker held until their 60 s lease lapses);
 params.yaml stays byte-identical throughout, and `gpt1 serve --stop` leaves no process behind.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -172,11 +174,27 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def start_demo_run(env: dict[str, str], repo: Path) -> None:
-    """`prefect deployment run gpt1/demo` on the test's stage subset, not watched."""
+def start_demo_run(env: dict[str, str], repo: Path) -> str:
+    """`prefect deployment run gpt1/demo` on the test's stage subset, not watched: its id."""
     cmd = [str(BIN / "prefect"), "deployment", "run", "gpt1/demo",
            "--param", f"stages={json.dumps(TARGETS)}"]
-    run(cmd, repo, env, 120)
+    out = run(cmd, repo, env, 120)
+    return re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)  # type: ignore[union-attr]
+
+
+def still_running(flow_run_id: str) -> bool:
+    """False once the flow run has ended; a run that failed fails the test with its logs."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run_id).state
+        if state is None or not state.is_final():
+            return True
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    tail = "\n".join(log.message[:500] for log in logs[-8:])
+    assert state.is_completed(), f"flow run {flow_run_id} ended {state.name}:\n{tail}"
+    return False
 
 
 def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
@@ -212,8 +230,9 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         assert set(state_pids(home)) == {"prefect-server", "worker"}
 
         # lose the worker (and everything under it) mid-pretraining
-        start_demo_run(env, repo)
-        wait_for(lambda: any(run_dir.glob("checkpoints/step_*/state.json")), 600,
+        first, polls = start_demo_run(env, repo), itertools.count(1)
+        wait_for(lambda: any(run_dir.glob("checkpoints/step_*/state.json"))  # or the run's end
+                 or (next(polls) % 50 == 0 and not still_running(first)), 600,
                  "a pre-training checkpoint")
         kill_tree(state_pids(home)["worker"])
         assert not (run_dir / "model.safetensors").exists(), "pre-training finished too soon"
