@@ -16,6 +16,7 @@ params.yaml stays byte-identical throughout, and `gpt1 serve --stop` leaves no p
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,12 +145,22 @@ def processes_under(root: Path) -> list[psutil.Process]:
     return found
 
 
-def read_task_runs(flow_run_id: str) -> dict[str, Any]:
-    """name -> task run (start_time, end_time, state) of one flow run, from the Prefect API."""
+@contextlib.contextmanager
+def api_client(api_url: str) -> Iterator[Any]:
+    """A Prefect client of the test's server. Not through os.environ: a worker process that
+    imported prefect earlier (pytest-xdist) keeps the settings it read then."""
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        yield client
+
+
+def read_task_runs(api_url: str, flow_run_id: str) -> dict[str, Any]:
+    """name -> task run (start_time, end_time, state) of one flow run, from the Prefect API."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    with get_client(sync_client=True) as client:
+    with api_client(api_url) as client:
         runs = client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
     return {r.name: r for r in runs}
@@ -182,12 +194,11 @@ def start_demo_run(env: dict[str, str], repo: Path) -> str:
     return re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)  # type: ignore[union-attr]
 
 
-def still_running(flow_run_id: str) -> bool:
+def still_running(api_url: str, flow_run_id: str) -> bool:
     """False once the flow run has ended; a run that failed fails the test with its logs."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-    with get_client(sync_client=True) as client:
+    with api_client(api_url) as client:
         state = client.read_flow_run(flow_run_id).state
         if state is None or not state.is_final():
             return True
@@ -218,8 +229,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
            "PREFECT_HOME": str(home), "MLFLOW_TRACKING_URI": f"sqlite:///{db}",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
            "PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_LOGGING_EXTRA_LOGGERS": "gpt1"}
-    os.environ.update({"PREFECT_HOME": str(home),  # this process reads the API below
-                       "PREFECT_API_URL": f"http://127.0.0.1:{port}/api"})
+    api = f"http://127.0.0.1:{port}/api"  # this process reads the API below
     serve = f"{readme['serve']} --no-ui --prefect-port {port}"
     run_dir = repo / params["paths"]["checkpoints"] / "p1234"  # pre-training seed 1234
     started: set[int] = set()
@@ -232,7 +242,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         # lose the worker (and everything under it) mid-pretraining
         first, polls = start_demo_run(env, repo), itertools.count(1)
         wait_for(lambda: any(run_dir.glob("checkpoints/step_*/state.json"))  # or the run's end
-                 or (next(polls) % 50 == 0 and not still_running(first)), 600,
+                 or (next(polls) % 50 == 0 and not still_running(api, first)), 600,
                  "a pre-training checkpoint")
         kill_tree(state_pids(home)["worker"])
         assert not (run_dir / "model.safetensors").exists(), "pre-training finished too soon"
@@ -245,7 +255,7 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)  # type: ignore[union-attr]
         assert "Completed" in out
         lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-        tasks = read_task_runs(flow_run_id)
+        tasks = read_task_runs(api, flow_run_id)
         assert set(tasks) <= set(lock), "every stage the flow ran is recorded in dvc.lock"
         assert {"pretrain@1234", *(f"finetune@{t}-1234" for t in TASKS)} <= set(tasks)
         assert all(t.state.is_completed() for t in tasks.values())

@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -36,6 +37,12 @@ pytestmark = pytest.mark.slow
 STAGES = ["check_corpus"]  # plus its upstream: scan_mirror, download_corpus, clean_corpus
 RAN = {"scan_mirror", "download_corpus", "clean_corpus", "check_corpus"}
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def default_sigint() -> None:
+    """In the worker before exec: SIGINT back to its default action (a pytest-xdist worker may
+    have it ignored, and exec keeps that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
@@ -66,7 +73,8 @@ def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
         env["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"  # the other machine's setting
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool",
                                    "gpu-remote"], cwd=other, env=env, start_new_session=True,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  preexec_fn=default_sigint)
         out = run([str(BIN / "prefect"), "deployment", "run", "gpt1/demo-remote", "--watch",
                    "--param", f"stages={json.dumps(STAGES)}"], repo, env, 900)
         assert "Completed" in out, out[-3000:]
@@ -95,8 +103,10 @@ def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
         assert all(s.endswith("gpt1/gpt1/__main__.py") and not s.startswith(str(repo))
                    for s in sources.values()), sources
     finally:
-        if worker is not None:
+        if worker is not None:  # as `gpt1 serve --stop` does: a worker only logs a SIGTERM
             os.killpg(worker.pid, signal.SIGTERM)
+            time.sleep(1.0)
+            os.killpg(worker.pid, signal.SIGINT)
             try:
                 worker.wait(timeout=120)
             except subprocess.TimeoutExpired:  # a loaded machine: never leave it behind
