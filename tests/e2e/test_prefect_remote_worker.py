@@ -33,7 +33,7 @@ from test_prefect_deployment import (
     tiny_params,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
 STAGES = ["check_corpus"]  # plus its upstream: scan_mirror, download_corpus, clean_corpus
 RAN = {"scan_mirror", "download_corpus", "clean_corpus", "check_corpus"}
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]

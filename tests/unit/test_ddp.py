@@ -253,8 +253,9 @@ def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_pa
     from gpt1 import checkpoint
     from tests.unit.test_checkpoint import REPO, _prepare
 
+    STEPS = 10_000  # far more than run before the signal lands, however fast the machine
     params_file, params = _prepare(tmp_path, "run", {"device": "cpu", "pretrain": {
-        "nproc": 2, "max_tokens": 400 * 4 * 32, "log_interval_steps": 4,
+        "nproc": 2, "max_tokens": STEPS * 4 * 32, "log_interval_steps": 4,
         "checkpoint_interval_steps": 8, "precision": "fp32"}})
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
     proc = subprocess.Popen([sys.executable, "-m", "gpt1", "--params", str(params_file),
@@ -275,6 +276,6 @@ def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_pa
     assert err.strip().splitlines()[-1] == ("gpt1 pretrain: stopped (2 ranks); re-run to resume "
                                             "from the latest checkpoint")
     step = checkpoint.read_checkpoint_state(checkpoint.latest_checkpoint(run_dir))["step"]
-    assert step % 4 == 0 and step < 400  # saved at a sync point, not at the end
+    assert step % 4 == 0 and step < STEPS  # saved at a sync point, not at the end
     assert err.count(f"gpt1 pretrain: stopped at step {step}; re-run to resume") == 2, err
     assert not (run_dir / checkpoint.MODEL_FILE).exists()
