@@ -27,7 +27,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # similar length, one per worker (xdist_group "e2e-a": the Prefect stack, which mostly waits on
 # its server, and the data stages, ~420 s; "e2e-b": the tiny full repros, ~380 s, measured on 2
 # AVX-512 cores), and spreads every other test over both: no worker queues all the long ones.
-# Under pytest-xdist (`-n 2`, the README's test command) each worker gets one core's worth of
+# Under pytest-xdist (`-n 2`) each worker gets one core's worth of
 # OpenMP threads, a passive wait (a spinning thread steals the other worker's core) and its own
 # Prefect home (two ephemeral servers on one SQLite file race on its migrations). Set before
 # torch or prefect is imported, so both read them; the test subprocesses inherit them.

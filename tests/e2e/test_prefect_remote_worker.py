@@ -33,16 +33,12 @@ from test_prefect_deployment import (
     tiny_params,
 )
 
+from gpt1.serve import _default_sigint  # SIGINT back to default before exec, as serve does
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
 STAGES = ["check_corpus"]  # plus its upstream: scan_mirror, download_corpus, clean_corpus
 RAN = {"scan_mirror", "download_corpus", "clean_corpus", "check_corpus"}
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
-
-
-def default_sigint() -> None:
-    """In the worker before exec: SIGINT back to its default action (a pytest-xdist worker may
-    have it ignored, and exec keeps that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
@@ -74,7 +70,7 @@ def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
         worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool",
                                    "gpu-remote"], cwd=other, env=env, start_new_session=True,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  preexec_fn=default_sigint)
+                                  preexec_fn=_default_sigint)
         out = run([str(BIN / "prefect"), "deployment", "run", "gpt1/demo-remote", "--watch",
                    "--param", f"stages={json.dumps(STAGES)}"], repo, env, 900)
         assert "Completed" in out, out[-3000:]
