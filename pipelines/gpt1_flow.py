@@ -4,7 +4,8 @@ The stage graph is read from DVC (pipelines.dag), so dvc.lock stays the record a
 what is stale: a re-run skips finished stages, and a stage that checkpoints resumes. Each stage
 task waits for its upstream stages' futures (`wait_for`), so Prefect itself orders the stages
 and skips those downstream of a failure; stages with no path between them run at once, at most
-params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit). Only
+params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit; `auto`:
+one per device handed out, pipelines.devices). Only
 params.orchestrate.io_stages are retried, and never on a config error (exit code 2: retrying
 cannot heal it). A preset other than params.yaml runs in its own working copy
 (pipelines.workcopy), never by changing the workspace's params.yaml. One MLflow parent run per
@@ -40,12 +41,13 @@ from gpt1 import tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from pipelines.dag import StagePlan, read_plan, select
-from pipelines.devices import DevicePool
+from pipelines.devices import DevicePool, sharing_warning, stage_slots, worker_devices
 from pipelines.publish import publish_run
 from pipelines.workcopy import workspace_for
 
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
-# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine).
+# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine;
+# `auto`: one per device handed out).
 STAGE_SLOTS = "gpt1-stages"
 # A held slot's lease, renewed by the holder every 3/4 of it. A lost worker (killed machine)
 # renews nothing, so its slots return once this expires (plus the server's 15 s sweep); Prefect's
@@ -135,9 +137,11 @@ def run_stage(
     where = Path(root)
     remote = params.orchestrate.dvc_remote
     pool = devices or DevicePool(())
-    with concurrency(STAGE_SLOTS, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS,
-                     raise_on_lease_renewal_failure=False), \
-            pool.hold(stage.base) as visible, \
+    # devices before the slot: a stage holding a slot never waits for devices, and the pool's
+    # order (pre-training first) is not undone by a race for the slots
+    with pool.hold(stage.base) as visible, \
+            concurrency(STAGE_SLOTS, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS,
+                        raise_on_lease_renewal_failure=False), \
             tracking.stage_run(stage.name, params, parent) as run_id:
         started = time.time()
         env = {**env, **visible}
@@ -163,11 +167,18 @@ def run_graph(
     """Submit every stage at once, each waiting for its upstream stages' futures; Prefect runs a
     stage when they completed and never runs one downstream of a failure. Records in plan
     order."""
-    orch = params.orchestrate
+    orch, logger = params.orchestrate, get_run_logger()
+    handed_out = worker_devices(orch, params.device, env)
+    slots = stage_slots(orch, handed_out)
+    logger.info("devices handed out: %s; up to %d stages at once",
+                ",".join(handed_out) or "none", slots)
+    shared = sharing_warning(handed_out, slots, params.device, env)
+    if shared:
+        logger.warning("%s", shared)
     with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, orch.max_parallel_stages)
+        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, slots)
     futures: dict[str, PrefectFuture[dict[str, Any]]] = {}
-    devices = DevicePool(orch.devices)  # this flow run's stages share the worker's devices
+    devices = DevicePool(handed_out)  # this flow run's stages share the worker's devices
     # one thread per stage: a stage waiting for its upstream holds a thread, not a slot
     runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=len(plan))
     with runner:
