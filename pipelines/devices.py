@@ -16,28 +16,40 @@ import bisect
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Literal
 
 from gpt1.__main__ import DEVICE_STAGES, LAUNCHED_STAGES
 from gpt1.config import OrchestrateCfg
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
+# Present where an NVIDIA GPU can be: the kernel driver's /proc entry, its control device, or
+# WSL2's GPU device (which has neither of the first two).
+NVIDIA_MARKS = (Path("/proc/driver/nvidia"), Path("/dev/nvidiactl"), Path("/dev/dxg"))
 
 
-def visible_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
+def gpu_count(marks: tuple[Path, ...] = NVIDIA_MARKS) -> int:
+    """GPUs torch counts; 0 without a trace of the NVIDIA driver, without importing torch (the
+    flow needs torch only for this)."""
+    if not any(mark.exists() for mark in marks):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def visible_gpus(env: Mapping[str, str], count: Callable[[], int] = gpu_count) -> tuple[str, ...]:
     """The GPUs this worker sees, as CUDA_VISIBLE_DEVICES entries: the worker's own
     CUDA_VISIBLE_DEVICES when set (up to the first empty or negative entry, as CUDA reads it:
-    indices, GPU-/MIG- UUIDs), else every GPU torch counts (none on a CPU build)."""
+    indices, GPU-/MIG- UUIDs), else every GPU `count` finds."""
     declared = env.get(VISIBLE)
     if declared is not None:
         entries = [e.strip() for e in declared.split(",")]
         cut = next((i for i, e in enumerate(entries) if not e or e.startswith("-")),
                    len(entries))
         return tuple(entries[:cut])
-    import torch  # only here: the flow needs torch only to count GPUs
-
-    return tuple(str(i) for i in range(torch.cuda.device_count()))
+    return tuple(str(i) for i in range(count()))
 
 
 def worker_devices(

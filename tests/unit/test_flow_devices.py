@@ -16,6 +16,7 @@ import pytest
 
 from pipelines.devices import (
     DevicePool,
+    gpu_count,
     sharing_warning,
     stage_slots,
     visible_gpus,
@@ -77,6 +78,14 @@ def test_auto_hands_out_every_declared_gpu_and_one_stage_per_device(make_params)
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3,1,-1,0"}) == ("3", "1")
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-a1, MIG-b2"}) == ("GPU-a1", "MIG-b2")
+
+
+def test_an_undeclared_worker_counts_its_gpus(tmp_path):
+    import torch
+
+    assert visible_gpus({}, lambda: 3) == ("0", "1", "2")
+    assert gpu_count((tmp_path / "absent",)) == 0  # no trace of the driver: torch not asked
+    assert gpu_count((tmp_path,)) == torch.cuda.device_count()
 
 
 def test_eight_finetunes_hold_eight_distinct_devices_at_once():
