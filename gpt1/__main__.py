@@ -181,10 +181,13 @@ def _aliases(name: str) -> list[str]:
 def run_tool(tool: Any, args: argparse.Namespace) -> Any:
     """Run a tool. With `--model` its location is resolved first (gpt1.locate); the params
     file is then optional: without one, the model's own recorded params stand in (a
-    self-contained model works outside the repository)."""
+    self-contained model works outside the repository). A tool declaring PARAMS_OPTIONAL
+    gets None without a params file."""
     location = getattr(args, "model", None)
     if not location:
-        return tool.run(args, load_params(args.params))
+        optional = getattr(tool, "PARAMS_OPTIONAL", False)  # the tool can do without (None)
+        absent = args.params == DEFAULT_PARAMS and not Path(args.params).is_file()
+        return tool.run(args, None if optional and absent else load_params(args.params))
     params = (load_params(args.params)
               if Path(args.params).is_file() or args.params != DEFAULT_PARAMS else None)
     from gpt1 import checkpoint, locate

@@ -97,17 +97,19 @@ def atomic_path(dest: str | Path) -> Iterator[Path]:
 
 
 def check_user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
-                      flag: str = "--overwrite") -> None:
+                      flag: str | None = "--overwrite") -> None:
     """Gpt1Error unless `dest` may receive the files named in `owned`: it is absent, an empty
-    folder, or (with `overwrite`) a folder where none of those names is a sub-folder."""
+    folder, or (with `overwrite`) a folder where none of those names is a sub-folder. `flag`:
+    the command's option that allows a non-empty folder (None: it has none)."""
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise Gpt1Error("exists and is not a folder; name a new or empty folder", dest)
     if not dest.is_dir() or not any(dest.iterdir()):
         return
     if not overwrite:
-        raise Gpt1Error(f"folder is not empty; name a new or empty folder, or pass {flag} to "
-                        "replace only this command's own files in it", dest)
+        raise Gpt1Error("folder is not empty; name a new or empty folder" + (
+            f", or pass {flag} to replace only this command's own files in it" if flag else
+            " (this command never writes into a folder holding files)"), dest)
     clashes = sorted(n for n in owned if (dest / n).exists() and not (dest / n).is_file())
     if clashes:
         raise Gpt1Error(f"{clashes} in it are not files; move them away first", dest)
@@ -115,7 +117,7 @@ def check_user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
 
 @contextlib.contextmanager
 def user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
-                flag: str = "--overwrite") -> Iterator[Path]:
+                flag: str | None = "--overwrite") -> Iterator[Path]:
     """Yield a temp folder to fill with files named in `owned`; on success it becomes `dest`.
 
     `dest` absent or empty: renamed onto it as a whole (atomic_path). `dest` holding other
