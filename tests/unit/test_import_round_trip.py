@@ -38,7 +38,7 @@ def _repo(make_params, tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "dvc.yaml").write_text("stages: {}\n")
-    params = make_params()
+    params = make_params({"bpe": {"n_merges": 40}})
     bpe.train_bpe(_texts(4, 0), params.bpe, params.paths.tokenizer)
     (repo / "params.yaml").write_text(json.dumps(params.as_dict()))
     return repo
