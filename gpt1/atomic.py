@@ -184,7 +184,7 @@ def user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
             tmp.mkdir()
             yield tmp
         return
-    with atomic_path(dest.with_name(dest.name + ".export")) as tmp:
+    with _named_full(dest), atomic_path(dest.with_name(dest.name + ".export")) as tmp:
         tmp.mkdir()
         yield tmp
         written = {p.name for p in tmp.iterdir()}
@@ -196,6 +196,15 @@ def user_folder(dest: str | Path, overwrite: bool, owned: Collection[str],
             with contextlib.suppress(FileNotFoundError):
                 (dest / name).unlink()
         tmp.rmdir()  # nothing left for atomic_path to rename
+
+
+@contextlib.contextmanager
+def _named_full(dest: Path) -> Iterator[None]:
+    """A full disk while filling a staging folder names the folder the user gave."""
+    try:
+        yield
+    except DiskFullError as err:
+        raise DiskFullError(dest, err.needed) from None
 
 
 def write_bytes(dest: str | Path, data: bytes) -> None:

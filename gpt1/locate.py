@@ -85,7 +85,7 @@ def located(location: str, tokenizer: str | Path | None, tracking_uri: str | Non
     if location.startswith(MLFLOW_SCHEMES):
         from gpt1 import tracking
 
-        with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp, _named(tmp, location):
             yield tracking.download_model(location, tracking_uri, Path(tmp))
         return
     folder = Path(location)
@@ -101,6 +101,17 @@ def located(location: str, tokenizer: str | Path | None, tracking_uri: str | Non
         raise Gpt1Error(f"--model: {what}; give a run directory, an export-hf folder or "
                         "models:/name/version", folder)
     model, meta = export.load_export(folder)
-    with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp, _named(tmp, location):
         checkpoint.write_model(Path(tmp), model, meta)
         yield Path(tmp), folder
+
+
+@contextlib.contextmanager
+def _named(tmp: str, location: str) -> Iterator[None]:
+    """A refusal about a file of the temp copy names the location the user gave instead."""
+    try:
+        yield
+    except Gpt1Error as err:
+        if err.path is None or not Path(err.path).is_relative_to(tmp):
+            raise
+        raise Gpt1Error(err.problem, location) from None

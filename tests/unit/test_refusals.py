@@ -46,7 +46,12 @@ def _closed_port() -> int:
 
 def test_predict_on_a_pretrained_run_says_it_is_not_fine_tuned(tiny_params, tmp_path, capsys,
                                                                monkeypatch):
+    """A pre-trained run, and its export (read through a temp copy: the line names the
+    export, not the copy)."""
+    from gpt1.export import export_hf
+
     _tiny_run(tiny_params, tmp_path)  # run/ (pre-trained LM), tok/
+    export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
     raw = tiny_params.as_dict()
     raw["paths"]["tokenizer"] = str(tmp_path / "tok")
     (tmp_path / "params.yaml").write_text(json.dumps(raw))
@@ -54,6 +59,9 @@ def test_predict_on_a_pretrained_run_says_it_is_not_fine_tuned(tiny_params, tmp_
     monkeypatch.chdir(tmp_path)
     _refused(capsys, ["predict", "--model", str(tmp_path / "run"), "a film"],
              str(tmp_path / "run" / "model.json"), "pre-trained", "gpt1 generate")
+    line = _refused(capsys, ["predict", "--model", str(tmp_path / "hf"), "a film"],
+                    f"error: {tmp_path / 'hf'}: a pre-trained language model")
+    assert "gpt1-model-" not in line
     assert _tree(tmp_path) == before
 
 

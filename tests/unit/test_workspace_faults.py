@@ -160,3 +160,23 @@ def test_two_dvc_repro_in_one_workspace_the_second_stops_at_dvcs_lock(tmp_path):
     third = subprocess.run([dvc, "repro"], cwd=tmp_path, env=env, capture_output=True,
                            text=True, check=True)
     assert "didn't change, skipping" in third.stdout
+
+
+def test_a_full_disk_while_updating_a_users_folder_names_it_and_keeps_it(tmp_path):
+    """`--overwrite` into a folder holding other files stages the new files beside it; a full
+    disk then names the user's folder (not the staging one), which stays as it was."""
+    from gpt1 import atomic
+    from gpt1.errors import Gpt1Error
+
+    dest = tmp_path / "hf"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("mine")
+    (dest / "config.json").write_text("old")
+    before = _tree(tmp_path)
+    with pytest.raises(Gpt1Error) as info:
+        with atomic.user_folder(dest, True, ["config.json", "model.safetensors"]) as tmp:
+            (tmp / "config.json").write_text("new")
+            (tmp / "model.safetensors").write_bytes(b"x" * 5000)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert str(info.value).startswith(f"{dest}: no space left on the device")
+    assert _needed_bytes(str(info.value)) >= 5000 and _tree(tmp_path) == before
