@@ -65,10 +65,25 @@ def test_predict_on_a_pretrained_run_says_it_is_not_fine_tuned(tiny_params, tmp_
     assert _tree(tmp_path) == before
 
 
+def test_generate_on_a_fine_tuned_model_names_it(tiny_params, tmp_path, capsys, monkeypatch):
+    params, _, _ = _task_export(tiny_params, tmp_path, "rte")  # ft/, hf/ (its export), tok/
+    raw = params.as_dict()
+    raw["paths"]["tokenizer"] = str(tmp_path / "tok")
+    (tmp_path / "params.yaml").write_text(json.dumps(raw))
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    for model in (tmp_path / "hf", tmp_path / "ft"):
+        line = _refused(capsys, ["generate", "--model", str(model), "the cat"],
+                        f"error: {model}", "fine-tuned on rte", "gpt1 predict")
+        assert "gpt1-model-" not in line
+    assert _tree(tmp_path) == before
+
+
 @pytest.mark.parametrize("damage,file,needle", [
     ("truncate", "gpt1_model.json", "not valid JSON"),
     ("truncate", "model.safetensors", "not a valid safetensors file"),
     ("truncate", "task_head.safetensors", "not a valid safetensors file"),
+    ("truncate", "tokenizer.json", "not a valid tokenizer file"),
     ("remove", "model.safetensors", "missing"),
     ("remove", "task_head.safetensors", "missing"),
     ("wrong", "task_head.safetensors", "do not fit"),
