@@ -137,9 +137,11 @@ def test_two_dvc_repro_in_one_workspace_the_second_stops_at_dvcs_lock(tmp_path):
     dvc = str(Path(sys.executable).parent / "dvc")
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, check=True, env=env)
+    stage = tmp_path / "stage.py"  # runs until the test lets it finish (at most 2 min)
+    stage.write_text("import os, time\nfor _ in range(1200):\n    if os.path.exists('go'):\n"
+                     "        break\n    time.sleep(0.1)\nopen('out.txt', 'w').write('whole')\n")
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"slow": {
-        "cmd": f"{sys.executable} -c \"import time; time.sleep(4); open('out.txt', 'w')"
-               ".write('whole')\"", "outs": ["out.txt"]}}}))
+        "cmd": f"{sys.executable} stage.py", "deps": ["stage.py"], "outs": ["out.txt"]}}}))
     first = subprocess.Popen([dvc, "repro"], cwd=tmp_path, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert first.stdout is not None
@@ -148,6 +150,7 @@ def test_two_dvc_repro_in_one_workspace_the_second_stops_at_dvcs_lock(tmp_path):
             break
     second = subprocess.run([dvc, "repro"], cwd=tmp_path, env=env, capture_output=True,
                             text=True)
+    (tmp_path / "go").touch()
     rest = first.communicate()[0]
     assert first.returncode == 0, rest
     assert second.returncode != 0
