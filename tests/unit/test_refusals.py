@@ -239,13 +239,24 @@ def test_models_uri_on_a_server_that_is_down_fails_fast(tmp_path, capsys, monkey
     assert time.perf_counter() - started < 10 and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("fault,needle", [("refused", "refused the connection"),
+                                          ("silent", "did not answer within 3 s")])
 def test_hub_refusing_connections_fails_at_once_in_one_line(make_params, tmp_path, capsys,
-                                                            monkeypatch):
-    """The hub's host resolves but refuses the connection: one line within seconds, not
+                                                            monkeypatch, fault, needle):
+    """The hub's host resolves but refuses the connection, or accepts none before the connect
+    timeout (simulated: the socket's TimeoutError): one line within seconds, not
     huggingface_hub's retries (each a log line)."""
     from huggingface_hub import constants
 
+    from gpt1 import hf_import
+
     port = _closed_port()
+    if fault == "silent":
+        def no_answer(address, timeout=None, *args, **kwargs):
+            assert timeout == hf_import.HUB_CONNECT_SECONDS
+            raise TimeoutError("timed out")
+
+        monkeypatch.setattr(socket, "create_connection", no_answer)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
@@ -254,6 +265,6 @@ def test_hub_refusing_connections_fails_at_once_in_one_line(make_params, tmp_pat
     out = tmp_path / "out"
     started = time.perf_counter()
     _refused(capsys, ["--params", str(params), "import-hf", "openai-gpt", str(out)],
-             "openai-gpt", f"127.0.0.1:{port}", "refused")
+             "openai-gpt", f"127.0.0.1:{port}", needle)
     assert time.perf_counter() - started < 10
     assert not out.exists() and not list(tmp_path.glob(".out*"))
