@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import gpt1
 from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
-from gpt1.config import ParamsError, load_params, parse_params
+from gpt1.config import Params, ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
 from gpt1.tasks.registry import TASKS
@@ -181,10 +181,13 @@ def _aliases(name: str) -> list[str]:
 def run_tool(tool: Any, args: argparse.Namespace) -> Any:
     """Run a tool. With `--model` its location is resolved first (gpt1.locate); the params
     file is then optional: without one, the model's own recorded params stand in (a
-    self-contained model works outside the repository)."""
+    self-contained model works outside the repository). A tool declaring PARAMS_OPTIONAL
+    gets None without a params file."""
     location = getattr(args, "model", None)
     if not location:
-        return tool.run(args, load_params(args.params))
+        optional = getattr(tool, "PARAMS_OPTIONAL", False)  # the tool can do without (None)
+        absent = args.params == DEFAULT_PARAMS and not Path(args.params).is_file()
+        return tool.run(args, None if optional and absent else load_params(args.params))
     params = (load_params(args.params)
               if Path(args.params).is_file() or args.params != DEFAULT_PARAMS else None)
     from gpt1 import checkpoint, locate
@@ -204,8 +207,25 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
 
 
 def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
-    """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
+    """Run one stage; its wall time counts from `started` (a perf_counter value; default now).
+    The stage's lock (gpt1.stage_lock) is held throughout: a second run of it in this
+    workspace stops in one line; a rank launched by the stage runs under its launcher's."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
+    if "RANK" in os.environ:
+        return _run_stage(name, params, params_path, started, kwargs)
+    from gpt1 import stage_lock
+
+    seed = params.pretrain.seeds[0] if kwargs.get("pretrain_seed") is None else \
+        kwargs["pretrain_seed"]
+    args = {**kwargs, **({"pretrain_seed": seed} if name in SEEDED_STAGES else {})}
+    run = " ".join(["gpt1", command_name(name),
+                    *(f"--{k.replace('_', '-')} {v}" for k, v in args.items())])
+    with stage_lock.held(run, params):
+        return _run_stage(name, params, params_path, started, kwargs)
+
+
+def _run_stage(name: str, params: Params, params_path: str, started: float | None,
+               kwargs: dict[str, Any]) -> Any:
     from gpt1 import tracking
 
     tracking.check_store(params)  # an unusable tracking store stops the stage before its work
@@ -296,6 +316,11 @@ def guarded(command: str, work: Callable[[], Any]) -> int:
         say("interrupted; outputs are written atomically, re-run to start again")
         return 130
     except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # not written through gpt1.atomic
+            from gpt1.atomic import DiskFullError
+
+            say(f"error: {DiskFullError(err.filename or Path.cwd(), 0)}")
+            return 2
         if err.errno not in _ENVIRONMENT_ERRNOS or not err.filename:
             say(f"internal error: {type(err).__name__}: {err}; traceback in "
                 f"{write_traceback(command)}")

@@ -11,8 +11,10 @@ import difflib
 import hashlib
 import json
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -700,9 +702,48 @@ _Loader.add_implicit_resolver(
 )
 
 
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+          type(None): "null"}
+
+
+def _accepted_form(ann: Any) -> str:
+    """One member of a union annotation in words: 'auto', an integer > 0, null."""
+    if get_origin(ann) is Literal:
+        return " or ".join(repr(a) for a in get_args(ann))
+    if get_origin(ann) is Annotated:
+        base, *extra = get_args(ann)
+        bounds = [f"{_BOUNDS[name]} {getattr(m, name)}" for info in extra
+                  for m in getattr(info, "metadata", []) for name in _BOUNDS
+                  if getattr(m, name, None) is not None]
+        return " ".join([_accepted_form(base), *bounds])
+    return _KINDS.get(ann, getattr(ann, "__name__", str(ann)))
+
+
+def _union_field(model: type[BaseModel], loc: list[str]) -> tuple[list[str], Any] | None:
+    """(the field's own loc, its annotation) when `loc` ends inside a union-typed field (its
+    last parts are pydantic's tags of the union's members), else None."""
+    ann: Any = model
+    for n, part in enumerate(loc):
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and part in ann.model_fields:
+            ann = ann.model_fields[part].annotation
+            continue
+        members = [a for a in get_args(ann) if a is not type(None)]
+        if get_origin(ann) in (typing.Union, types.UnionType) and len(members) > 1:
+            return loc[:n], ann
+        return None
+    return None
+
+
 def _format_error(path: Path, err: ValidationError, model: type[BaseModel]) -> str:
     errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
+    union = _union_field(model, [str(p) for p in first["loc"]])
+    if union is not None:  # one line for the field, every form it accepts named
+        key = ".".join(union[0])
+        forms = " or ".join(_accepted_form(a) for a in get_args(union[1]))
+        shown = json.dumps(first["input"], default=str)
+        return f"{path}: {key}: {shown} is not accepted; {key} takes {forms}"
     loc = [str(p) for p in first["loc"] if not str(p).startswith("function-after")]
     key, msg = ".".join(loc), first["msg"]
     if first["type"] == "extra_forbidden":

@@ -191,24 +191,71 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
     return Path(out_dir)
 
 
-def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
-    """The gpt1 model (GPT, or TaskModel of a fine-tuned export; eval mode) and its meta,
-    read back from an export-hf folder (safetensors only, nothing unpickled)."""
+def _export_tensors(path: Path) -> dict[str, Any]:
+    """A safetensors file of an export; Gpt1Error naming it when missing or damaged."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    if not path.is_file():
+        raise Gpt1Error("missing: the export is incomplete; export the model again", path)
+    try:
+        return dict(load_file(str(path)))
+    except SafetensorError as err:
+        raise Gpt1Error(f"not a valid safetensors file, truncated or damaged ({err}); export "
+                        "the model again", path) from None
+
+
+def _load_into(module: Any, state: dict[str, Any], path: Path) -> None:
+    """module.load_state_dict(state), its mismatch as one Gpt1Error naming the file."""
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        first = " ".join(str(err).split())[:240]
+        raise Gpt1Error(f"weights do not fit the model its {GPT1_META} describes ({first})",
+                        path) from None
+
+
+def read_export_meta(folder: str | Path) -> dict[str, Any]:
+    """gpt1_model.json of an export-hf folder, checked: valid JSON holding kind, vocab_size,
+    params and (a fine-tuned model) a task of the registry."""
+    from gpt1.tasks.registry import TASKS
+
+    meta_path = Path(folder) / GPT1_META
+    if not meta_path.is_file():
+        raise Gpt1Error(f"not a gpt1 export-hf folder (no {GPT1_META}); export it with "
+                        "`gpt1 export-hf`", folder)
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise Gpt1Error(f"not valid JSON, truncated or damaged ({err}); export the model "
+                        "again", meta_path) from None
+    if not isinstance(meta, dict):
+        raise Gpt1Error("not a JSON object; export the model again", meta_path)
+    missing = [k for k in ("kind", "vocab_size", "params") if k not in meta]
+    if missing:
+        raise Gpt1Error(f"missing {missing}; export the model again", meta_path)
+    if not isinstance(meta["vocab_size"], int) or meta["vocab_size"] <= 0:
+        raise Gpt1Error(f"vocab_size {meta['vocab_size']!r} is not a positive integer",
+                        meta_path)
+    if meta.get("task") and meta["task"] not in TASKS:
+        raise Gpt1Error(f"task {meta['task']!r} is not one of this project's tasks", meta_path)
+    return meta
+
+
+def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
+    """The gpt1 model (GPT, or TaskModel of a fine-tuned export; eval mode) and its meta,
+    read back from an export-hf folder (safetensors only, nothing unpickled); every file is
+    checked before use, a missing or damaged one is a Gpt1Error naming it."""
     from gpt1 import networks
     from gpt1.config import parse_params
     from gpt1.heads import TaskModel
     from gpt1.tasks.registry import TASKS
 
     folder = Path(folder)
-    meta_path = folder / GPT1_META
-    if not meta_path.is_file():
-        raise Gpt1Error(f"not a gpt1 export-hf folder (no {GPT1_META}); export it with "
-                        "`gpt1 export-hf`", folder)
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    params = parse_params(meta["params"], meta_path)
-    state = load_file(str(folder / "model.safetensors"))
+    meta = read_export_meta(folder)
+    params = parse_params(meta["params"], folder / GPT1_META)
+    weights = folder / "model.safetensors"
+    state = _export_tensors(weights)
     body = networks.build_model("gpt", params, meta["vocab_size"])
     ours = hf_weights.from_hf({k: v for k, v in state.items() if k.startswith("transformer.")})
     if "tokens_embed.weight" not in ours and "lm_head.weight" in state:
@@ -217,16 +264,19 @@ def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
         ours = hf_weights.pad_embedding(ours, body.tokens_embed.weight.shape[0])
     missing = set(body.state_dict()) - set(ours)
     if missing:
-        raise Gpt1Error(f"weights missing from the export: {sorted(missing)[:3]}",
-                        folder / "model.safetensors")
-    body.load_state_dict(ours)
+        raise Gpt1Error(f"weights missing from the export: {sorted(missing)[:3]}", weights)
+    _load_into(body, ours, weights)
     model: Any = body
     if meta.get("task"):
         spec = TASKS[meta["task"]]
         model = TaskModel(body, spec, params.finetune.clf_pdrop, params.model.initializer_range)
-        head = ({k[len(MC_HEAD):]: v for k, v in state.items() if k.startswith(MC_HEAD)}
-                if spec.fmt == "choice" else load_file(str(folder / HEAD_FILES[0])))
-        model.head.linear.load_state_dict(head)
+        if spec.fmt == "choice":
+            head = {k[len(MC_HEAD):]: v for k, v in state.items() if k.startswith(MC_HEAD)}
+            where = weights
+        else:
+            where = folder / HEAD_FILES[0]
+            head = _export_tensors(where)
+        _load_into(model.head.linear, head, where)
     return model.eval(), meta
 
 

@@ -104,9 +104,62 @@ def _read_json(path: Path) -> Any:
         raise Gpt1Error(f"not valid JSON ({err})", path) from None
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_score(value: Any) -> bool:
+    """{"mean": number, "sd": number or null, "per_seed": [number] or null} (sd, per_seed
+    optional)."""
+    return (isinstance(value, dict) and _is_number(value.get("mean"))
+            and (value.get("sd") is None or _is_number(value["sd"]))
+            and (value.get("per_seed") is None or (isinstance(value["per_seed"], list)
+                                                   and all(map(_is_number, value["per_seed"])))))
+
+
+RECORD_FIELDS: dict[str, tuple[str, Any]] = {
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "variant": ("a string", lambda v: isinstance(v, str)),
+    "metric": ("a string", lambda v: isinstance(v, str)),
+    "pretrain_seed": ("an integer", _is_int),
+    "layers_transferred": ("an integer or null", lambda v: v is None or _is_int(v)),
+    "seeds": ("a list of integers", lambda v: isinstance(v, list) and all(map(_is_int, v))),
+    "runs": ("a list of [pre-training seed, seed] integer pairs",
+             lambda v: isinstance(v, list) and all(isinstance(r, list) and len(r) == 2
+                                                   and all(map(_is_int, r)) for r in v)),
+}
+"""Fields the report reads from a record -> (what they must be, check)."""
+SCORED_STEMS = ("finetune_", "layers_")
+"""Records whose `scores` are {metric: {"mean", "sd", "per_seed"}} (fine-tuning, Figure 2 left)."""
+
+
+def check_record(stem: str, record: dict[str, Any], files: tuple[Path, Path]) -> None:
+    """Gpt1Error naming the file and field when a field the report reads has the wrong type."""
+    def fail(field: str, what: str) -> None:
+        where = files[0] if field in json.loads(files[0].read_text(encoding="utf-8")) else files[1]
+        shown = repr(record[field])
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        raise Gpt1Error(f"field {field!r} is {shown}, expected {what}; restore the "
+                        "file (git checkout, or re-run its stage)", where)
+
+    for field, (what, ok) in RECORD_FIELDS.items():
+        if field in record and not ok(record[field]):
+            fail(field, what)
+    if stem.startswith(SCORED_STEMS) and "scores" in record:
+        scores = record["scores"]
+        if not isinstance(scores, dict) or not all(map(_is_score, scores.values())):
+            fail("scores", 'a mapping of metric -> {"mean": number, "sd": number, '
+                           '"per_seed": [number]}')
+
+
 def read_metrics(metrics_dir: str | Path) -> Metrics:
     """Every stage record under metrics_dir by stem: `<stem>.json` (the scores) merged with its
-    sidecar `<stem>.info.json` when there is one; a damaged file is a Gpt1Error naming it."""
+    sidecar `<stem>.info.json` when there is one; a damaged file, or a field the report reads
+    of the wrong type (`check_record`), is a Gpt1Error naming it."""
     out: Metrics = {}
     for path in sorted(Path(metrics_dir).glob("*.json")):
         if path.name.endswith(INFO_SUFFIX):
@@ -114,7 +167,11 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
         data = _read_json(path)
         info = path.with_name(path.stem + INFO_SUFFIX)
         if isinstance(data, dict):
-            out[path.stem] = {**(_read_json(info) if info.is_file() else {}), **data}
+            info_data = _read_json(info) if info.is_file() else {}
+            if not isinstance(info_data, dict):
+                raise Gpt1Error("not a JSON object (a stage record's sidecar)", info)
+            out[path.stem] = {**info_data, **data}
+            check_record(path.stem, out[path.stem], (path, info))
     return out
 
 

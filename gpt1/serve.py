@@ -67,8 +67,11 @@ def prefect_home() -> Path:
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 serve [--stop]`."""
     if args.stop:
-        stop(prefect_home() / STATE_FILE, args.timeout)
+        state = prefect_home() / STATE_FILE
+        stopped = stop(state, args.timeout)
         remove_settings(repo_root())
+        print(f"stopped {', '.join(stopped)}" if stopped else
+              f"nothing to stop: no service `gpt1 serve` started is running ({state})")
     else:
         start(params, args.prefect_port, not args.no_ui, args.timeout)
 
