@@ -15,6 +15,7 @@ import errno
 import importlib
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -120,6 +121,29 @@ def _first_paragraph(doc: str) -> str:
     return doc.split("\n\n", 1)[0]
 
 
+def summary(doc: str) -> str:
+    """A command's one-line help: the docstring's first sentence, whole (its wrapped lines
+    joined), never a line cut mid-sentence."""
+    text = " ".join(_first_paragraph(doc).split())
+    match = re.search(r"(?<![ .]e\.g)(?<![ .]i\.e)[.!?](?=\s)", text)
+    return text[:match.end()] if match else text
+
+
+def tool_doc(module: str) -> str:
+    """A tool module's docstring, read without importing it (the tools import torch)."""
+    path = Path(gpt1.__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named in argv (either spelling), found without parsing: the one tool
+    whose module (and torch) `build_parser` then imports."""
+    names = {n for name in [*STAGES, *TOOLS] for n in (name, command_name(name))}
+    return next((a.replace("-", "_") if a.replace("-", "_") in STAGES else
+                 next((t for t in TOOLS if command_name(t) == command_name(a)), a)
+                 for a in argv if a in names), None)
+
+
 def _common_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """--params and -v, accepted before and after the subcommand (the subcommand's copies
     default to SUPPRESS, so they never hide a value given before it)."""
@@ -142,7 +166,10 @@ def command_name(name: str) -> str:
     return name.replace("_", "-")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. With `argv`, only the tool it names is imported for its arguments
+    (the other tools get their help line only), so a stage starts without loading torch."""
+    wanted = None if argv is None else chosen_command(argv)
     parser = OneLineParser(prog="gpt1", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gpt1 {gpt1.__version__}")
     _common_options(parser, top=True)
@@ -151,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     docs = stage_docs()
     for name, func in STAGES.items():
         doc = docs.get(func, "") or f"the `{name}` pipeline stage"
-        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=doc.splitlines()[0],
+        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=summary(doc),
                            description=_first_paragraph(doc))
         p.set_defaults(command=name)  # the canonical name, whichever alias was typed
         _common_options(p, top=False)
@@ -162,13 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name in SEEDED_STAGES:
             p.add_argument("--pretrain-seed", type=int, help=ARG_HELP["pretrain_seed"])
     for name, module in TOOLS.items():
-        tool = importlib.import_module(module)
-        doc = tool.__doc__ or name
-        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=doc.splitlines()[0],
+        doc = tool_doc(module) or name
+        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=summary(doc),
                            description=_first_paragraph(doc))
         p.set_defaults(command=name)
         _common_options(p, top=False)
-        tool.add_arguments(p)
+        if argv is None or wanted == name:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
@@ -206,6 +233,9 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
 def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
     """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
+    if os.environ.get("RANK", "0") == "0":  # the first line, before torch and mlflow load
+        logging.getLogger("gpt1").info("%s: started (%s)", stage_address(name, kwargs),
+                                       params_path)
     from gpt1 import tracking
 
     tracking.check_store(params)  # an unusable tracking store stops the stage before its work
@@ -256,7 +286,8 @@ def stage_address(name: str, kwargs: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     passive_openmp()  # first: build_parser imports the tools, which import torch
     quiet_telemetry()
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -51,10 +51,11 @@ EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", TO
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="OUT_DIR",
+    parser.add_argument("paths", nargs=1, metavar="OUT_DIR",
                         help="transformers model directory to write: new or empty (a file or a "
                              "non-empty folder is refused unless --overwrite); the old form "
-                             "RUN_DIR OUT_DIR names the model first")
+                             "`export-hf RUN_DIR OUT_DIR` names the model first")
+    parser.add_argument("old_form_out", nargs="?", help=argparse.SUPPRESS)  # RUN_DIR OUT_DIR
     parser.add_argument("--model", help="run directory, fine-tuned model, export-hf folder or "
                         "models:/name/version (default: <paths.checkpoints>/p<first seed>)")
     parser.add_argument("--overwrite", action="store_true",
@@ -65,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 export-hf`; the tokenizer is the model's own (or
     params.paths.tokenizer), scores for the card from params.paths.metrics."""
-    if len(args.paths) > 2 or (len(args.paths) == 2 and args.model):
+    args.paths = [*args.paths, *([args.old_form_out] if args.old_form_out else [])]
+    if len(args.paths) == 2 and args.model:
         raise Gpt1Error("export-hf: give OUT_DIR, and the model with --model")
     from gpt1 import checkpoint
 
