@@ -368,7 +368,9 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                         paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
                                "finetuned": str(base / "runs")})
         kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-        m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}", stem=f"lr_{lr:g}")
+        with tracking.child_scope(f"lr={lr:g}", run, {"gpt1.lr_candidate": f"{lr:g}"}):
+            m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}",
+                                 stem=f"lr_{lr:g}")
         pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
         flat = {k: v["mean"] for k, v in m["scores"].items()}
         scores[f"{lr:g}"] = flat[spec.metric]
@@ -383,7 +385,10 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                              + "; predictions >= 95 % one class rank last; ties to the earlier "
                              "lr of the grid"),
                "pretrain_seed": seed, "seed": cfg.seed}
-    _record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"))
+    with tracking.start_run(f"lr_pilot_{variant}_{task}", params):  # the stage's own run
+        record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"),
+               summary={"chosen_lr": chosen, f"chosen_dev_{spec.metric}": scores[f"{chosen:g}"],
+                        "dev_scores": scores})
     return metrics
 
 
