@@ -1,4 +1,4 @@
-"""Seconds from `python -m gpt1 <stage>` to the stage's first line on stderr.
+"""Seconds from `python -m gpt1 <stage>` to the stage's first line of output.
 
 The peer, measured in the same run: the same stage started through a parser that imports every
 tool first (what `build_parser()` without argv does, as the CLI did before it read argv), so
@@ -33,13 +33,14 @@ EAGER = ("import sys; import gpt1.__main__ as m; m.build_parser(); "
 
 
 def first_line(cmd: list[str], cwd: Path) -> tuple[float, str]:
-    """Seconds until the child's first stderr line, and that line; the child is then stopped."""
+    """Seconds until the child's first line (stdout or stderr), and that line; the child is
+    then stopped."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    child = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True, env=env, start_new_session=True)
-    assert child.stderr is not None
-    line = child.stderr.readline()
+    assert child.stdout is not None
+    line = child.stdout.readline()
     took = time.perf_counter() - start
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
@@ -61,7 +62,7 @@ def main() -> None:
                 took, lines[name] = first_line(cmds[name], Path(tmp))
                 runs[name].append(took)
     lazy, eager = statistics.median(runs["lazy"]), statistics.median(runs["eager"])
-    print(f"`gpt1 {' '.join(ARGV)}`: first stderr line, median of {args.rounds} rounds")
+    print(f"`gpt1 {' '.join(ARGV)}`: first line of output, median of {args.rounds} rounds")
     print(f"lazy parser (the CLI):  {lazy:5.2f} s  {lines['lazy'][:90]}")
     print(f"eager parser (peer):    {eager:5.2f} s  {lines['eager'][:90]}")
     print(f"ratio eager / lazy: {eager / lazy:4.1f}x")

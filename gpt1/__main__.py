@@ -69,7 +69,8 @@ ADDRESS_KEYS: dict[str, tuple[str, ...]] = {"ablation": ("variant", "task"),
                                             "transfer_layers": ("task", "layers")}
 UNTRACKED: set[str] = {"scan_mirror"}  # runs on every `dvc repro` and logs nothing: no run
 ARG_HELP: dict[str, str] = {
-    "task": "one of the paper's 12 tasks (params finetune.tasks says which ones run)",
+    "task": "one of the paper's 12 tasks or of params tasks.custom (finetune.tasks says which "
+            "ones run)",
     "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
     "layers": "blocks transferred: a value of params layers.layers_transferred",
     "pretrain_seed": "pre-training run: a value of params pretrain.seeds (default: the first)",
@@ -166,6 +167,27 @@ def command_name(name: str) -> str:
     return name.replace("_", "-")
 
 
+def custom_tasks(argv: list[str]) -> list[str]:
+    """The names of params tasks.custom in the params file argv names (default params.yaml),
+    read before parsing so that `--task` accepts them; [] when there is no readable file (the
+    params load then says what is wrong)."""
+    path = DEFAULT_PARAMS
+    for i, arg in enumerate(argv):
+        if arg == "--params" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--params="):
+            path = arg.split("=", 1)[1]
+    try:
+        import yaml
+
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    tasks = raw.get("tasks") if isinstance(raw, dict) else None
+    custom = tasks.get("custom") if isinstance(tasks, dict) else None
+    return [str(name) for name in custom] if isinstance(custom, dict) else []
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The CLI's parser. With `argv`, only the tool it names is imported for its arguments
     (the other tools get their help line only), so a stage starts without loading torch."""
@@ -183,7 +205,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         p.set_defaults(command=name)  # the canonical name, whichever alias was typed
         _common_options(p, top=False)
         if name in TASK_STAGES:
-            p.add_argument("--task", required=True, choices=list(TASKS), help=ARG_HELP["task"])
+            p.add_argument("--task", required=True, help=ARG_HELP["task"],
+                           choices=list(dict.fromkeys([*TASKS, *custom_tasks(argv or [])])))
         for arg, kind in STAGE_ARGS.get(name, {}).items():
             p.add_argument(f"--{arg}", type=kind, required=True, help=ARG_HELP[arg])
         if name in SEEDED_STAGES:
@@ -233,9 +256,9 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
 def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
     """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
-    if os.environ.get("RANK", "0") == "0":  # the first line, before torch and mlflow load
-        logging.getLogger("gpt1").info("%s: started (%s)", stage_address(name, kwargs),
-                                       params_path)
+    if os.environ.get("RANK", "0") == "0":  # the first line, before torch and mlflow load;
+        # on stdout: stderr stays the one line of a failure
+        print(f"gpt1 {stage_address(name, kwargs)}: started ({params_path})", flush=True)
     from gpt1 import tracking
 
     tracking.check_store(params)  # an unusable tracking store stops the stage before its work

@@ -4,6 +4,7 @@ tags), then what the model is, its data, params, scores (a table) and limits."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 LICENSE = "mit"
@@ -45,12 +46,18 @@ def eval_results(meta: dict[str, Any], scores: dict[str, Any] | None) -> list[An
         mean = value.get("mean") if isinstance(value, dict) else value
         if isinstance(mean, int | float) and not isinstance(mean, bool):
             out.append(EvalResult(
-                task_type="text-classification", dataset_type=spec.hub.path,
-                dataset_name=spec.title, dataset_config=spec.hub.name, dataset_split="test",
+                task_type="text-classification", dataset_type=task_dataset(spec),
+                dataset_name=spec.title, dataset_config=spec.hub.name if spec.hub else None,
+                dataset_split="test",
                 metric_type=HF_METRICS.get(name.split("_")[0], name), metric_name=name,
                 metric_value=float(mean),
                 metric_config=str(scores.get("scored_on") or "") or None))
     return out or None
+
+
+def task_dataset(spec: Any) -> str:
+    """A task's dataset: its hub id, or the file of a task of the user's own."""
+    return str(spec.hub.path) if spec.hub else f"{Path(spec.custom.file).name} (local file)"
 
 
 def _task(task: str) -> Any:
@@ -70,7 +77,7 @@ def metadata(meta: dict[str, Any], scores: dict[str, Any] | None = None,
     datasets = [corpus(p)]
     if task:
         spec = _task(task)
-        datasets.append(spec.hub.path)
+        datasets.append(task_dataset(spec))
         metrics = [HF_METRICS.get(m, m) for m in spec.metrics]
         pipeline = PIPELINES.get(arch)
     else:

@@ -77,9 +77,10 @@ def _read_corpus(params: Params) -> Any:
 
 def scan_mirror(params: Params) -> dict[str, int]:
     """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
-    folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
+    folders = {name: spec.mirror_dir for name, spec in TASKS.items() if spec.custom is None}
+    files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
-                                 params.paths.mirror_scan)
+                                 params.paths.mirror_scan, files)
     hf_stages.scan(params)  # and the checkpoint pretrain.import_hf names (gpt1/hf_stages.py)
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
@@ -231,11 +232,11 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     tables = load.load_task(spec, params.tasks, mirror)
     docs = Path(params.paths.data_docs) / "tasks" / task
     with tracking.start_run(f"prepare_task_{task}", params):
-        report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "",
-                                      docs)
+        report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
+                                      if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")
     load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
-    metrics = {"task": task, "source": "mirror" if mirror else "hub",
+    metrics = {"task": task, "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                "checks_passed": all(r["success"] for r in report.values())}
     records.write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
