@@ -1,0 +1,111 @@
+"""A task of the user's own, declared in params (tasks.custom) from a 40-row CSV, no code: its
+stages as DVC renders them from params, then prepare_task (the gate), finetune, the report row,
+`gpt1 predict`, the mirror fingerprint DVC tracks, and an export that transformers'
+text-classification pipeline answers from as `gpt1 predict` does."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from data_fixtures import write_corpus
+from test_dvc_data import _copy_repo, _run
+
+from gpt1 import bpe, checkpoint, networks, stages
+from gpt1.__main__ import main
+from gpt1.config import parse_params
+from gpt1.data.clean import standardize_texts
+from gpt1.export import export_hf
+from gpt1.records import read_metrics, variant_results
+from gpt1.report.tables import render_custom
+from gpt1.tasks.registry import register_custom
+from tests.conftest import make_params_dict
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+GOOD = "a fine warm film with a kind heart and a good end".split()
+BAD = "a dull cold film with a weak plot and a sad end".split()
+CUSTOM = {"reviews": {"file": "reviews.csv", "text": "review", "label": "sentiment",
+                      "labels": ["neg", "pos"], "metric": "acc"}}
+
+
+
+@pytest.fixture(autouse=True)
+def _paper_tasks_only_afterwards():
+    """The registry holds the custom tasks of the params last parsed: leave only the paper's."""
+    yield
+    register_custom({})
+
+def write_reviews(path: Path, n: int = 40) -> None:
+    """n reviews: a positive one draws its words from GOOD, a negative one from BAD."""
+    rng = random.Random(0)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["review", "sentiment"])
+        for i in range(n):
+            pos = i % 2 == 0
+            out.writerow([" ".join(rng.choice(GOOD if pos else BAD) for _ in range(8)),
+                          "pos" if pos else "neg"])
+
+
+def test_dvc_renders_the_stages_of_a_custom_task(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    _copy_repo(repo)
+    raw = yaml.safe_load((repo / "params.yaml").read_text())
+    raw["tasks"]["custom"] = CUSTOM
+    raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], "reviews"]
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    _run(["git", "init", "-q"], repo)
+    _run(["dvc", "init", "-q"], repo)
+    listed = _run(["dvc", "stage", "list"], repo)
+    assert "prepare_task@reviews" in listed and "finetune@reviews-1234" in listed
+
+
+def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch,
+                                                     capsys) -> None:
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)  # the task file is named relative to the repository root
+    write_reviews(tmp_path / "reviews.csv")
+    raw = make_params_dict(tmp_path, {
+        "finetune": {"tasks": ["reviews"], "epochs": 1, "seeds": [0],
+                     "max_train_examples": None, "max_eval_examples": None},
+        "tasks": {"custom": CUSTOM}, "bpe": {"n_merges": 20}})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    params = parse_params(raw, "tiny")
+    write_corpus(tmp_path / "mirror", n_books=1, n_paragraphs=2)
+    stages.scan_mirror(params)  # what DVC tracks of the task file
+    scan = json.loads((Path(params.paths.mirror_scan) / "reviews.json").read_text())
+    assert list(scan["files"]) == ["reviews.csv"]
+
+    prepared = stages.prepare_task(params, "reviews")
+    assert prepared["checks_passed"] and sum(prepared["rows"].values()) == 40
+    assert prepared["source"] == "custom" and min(prepared["rows"].values()) > 0
+    texts = [r.split(",")[0] for r in (tmp_path / "reviews.csv").read_text().splitlines()[1:]]
+    tok = bpe.train_bpe(standardize_texts([" ".join(texts)] * 3), params.bpe,
+                        params.paths.tokenizer)
+    body = networks.build_model("gpt", params, tok.vocab_size)  # a stand-in pre-trained LM
+    checkpoint.write_model(checkpoint.pretrain_dir(params, "gpt"), body, {
+        "kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+        "params": params.as_dict(), "step": 0})
+    record = stages.finetune(params, "reviews")
+    assert record["task"] == "reviews" and "acc" in record["scores"]
+    row = [line for line in render_custom(params, variant_results(
+        read_metrics(params.paths.metrics), "full")) if line.startswith("| reviews |")]
+    assert len(row) == 1 and "| acc |" in row[0]  # the report row
+
+    assert main(["predict", "--task", "reviews", "a fine warm film"]) == 0
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert answer["label"] in ("neg", "pos") and set(answer["probabilities"]) == {"neg", "pos"}
+
+    model = Path(params.paths.finetuned) / "p1234" / "reviews" / "model"
+    export_hf(model, tmp_path / "hf", params.paths.tokenizer, params.paths.metrics)
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"),
+                                 device="cpu")
+    (theirs,) = [pipe("a fine warm film", top_k=None)]
+    assert theirs[0]["label"] == answer["label"]
+    assert abs(theirs[0]["score"] - answer["probabilities"][answer["label"]]) <= 1e-5
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "reviews.csv (local file)" in card and "model-index" in card
