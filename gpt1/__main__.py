@@ -37,6 +37,7 @@ STAGES: dict[str, str] = {
     "download_corpus": "download_corpus",
     "clean_corpus": "clean_corpus",
     "check_corpus": "check_corpus",
+    "data_docs": "data_docs",
     "train_bpe": "train_bpe",
     "shard_corpus": "shard_corpus",
     "pretrain": "pretrain",
@@ -67,7 +68,7 @@ STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
 # The matrix keys of dvc.yaml's matrix stages, in dvc.yaml's order (DVC joins them with "-").
 ADDRESS_KEYS: dict[str, tuple[str, ...]] = {"ablation": ("variant", "task"),
                                             "transfer_layers": ("task", "layers")}
-UNTRACKED: set[str] = {"scan_mirror"}  # runs on every `dvc repro` and logs nothing: no run
+UNTRACKED: set[str] = {"scan_mirror", "data_docs"}  # logs nothing (scan_mirror: runs every time)
 ARG_HELP: dict[str, str] = {
     "task": "one of the paper's 12 tasks or of params tasks.custom (finetune.tasks says which "
             "ones run)",

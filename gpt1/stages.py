@@ -130,6 +130,13 @@ def check_corpus(params: Params) -> dict[str, Any]:
     return metrics
 
 
+def data_docs(params: Params) -> dict[str, Any]:
+    """One Data Docs home page over every data gate's site (readable offline)."""
+    gates: dict[str, str | Path] = {"corpus": params.paths.corpus_checks}
+    gates.update({t: Path(params.paths.tasks) / t / "checks.json" for t in params.finetune.tasks})
+    return {"home": str(checks.write_home(params.paths.data_docs, gates))}
+
+
 def train_bpe(params: Params) -> dict[str, Any]:
     """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
     if params.pretrain.import_hf is not None:  # convert the checkpoint's (gpt1/hf_stages.py)

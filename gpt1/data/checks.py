@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import html
+import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -123,7 +125,40 @@ def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any
         ctx.validation_results_store.set(key, result)
         ctx.build_data_docs(site_names=["gpt1"])
         static_index(docs_dir / DOCS_INDEX)
+        offline_site(docs_dir)
     return result
+
+
+ICONS = {"check-circle": ("\u2714", "#28a745", "passed"), "times": ("\u2718", "#dc3545", "failed"),
+         "exclamation-triangle": ("\u26a0", "#d39e00", "warning"),
+         "question-circle": ("?", "#6c757d", "")}
+"""GX's Font Awesome status icons (CSS from a CDN: blank offline) -> a coloured character."""
+_ICON = re.compile(r'<i\s+class="(?P<cls>[^"]*\bfa-(?P<name>' + "|".join(ICONS)
+                   + r')\b[^"]*)"[^>]*>\s*</i>')
+KEPT_IMAGES = {"favicon.ico"}
+"""The only one of GX's static images a page links (the rest, logos, are 3.4 MB per site)."""
+
+
+def offline_icons(page: str) -> str:
+    """`page` with each status icon drawn as a coloured character, which needs no network."""
+
+    def icon(match: re.Match[str]) -> str:
+        glyph, colour, title = ICONS[match["name"]]
+        return (f'<span class="gpt1-icon" title="{title}" style="color:{colour};'
+                f'font-weight:bold">{glyph}</span>')
+
+    return _ICON.sub(icon, page)
+
+
+def offline_site(site: Path) -> None:
+    """Make a built site readable offline and small: status icons as characters in every
+    page, and GX's unused static images removed."""
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        page.write_text(offline_icons(text), encoding="utf-8")
+    for image in (site / "static" / "images").glob("*"):
+        if image.name not in KEPT_IMAGES and image.is_file():
+            image.unlink()
 
 
 _TABLE_DATA = re.compile(r"\$\('#(?P<id>[\w-]+)'\)\.bootstrapTable\(.*?columns: (?P<columns>\[.*?\]),"
@@ -153,6 +188,10 @@ def _cell(row: dict[str, Any], field: str) -> str:
     the CDN's CSS, the sort value GX keeps beside it), linked to the row's page."""
     if field == "validation_success":
         text = row.get("_validation_success_text", "")
+        icon = offline_icons(str(row.get(field, "")))
+        glyph = re.search(r'<span class="gpt1-icon".*?</span>', icon)
+        if glyph:  # the status as an icon that needs no network, then its word
+            return f"<td>{glyph[0]} {html.escape(' '.join(str(text).split()))}</td>"
     else:
         text = str(row.get(field, ""))
         if "<" in text:  # markup: its sort value is the plain text
@@ -162,6 +201,48 @@ def _cell(row: dict[str, Any], field: str) -> str:
     if link and field in ("run_time", "expectation_suite_name"):
         text = f'<a href="{html.escape(str(link))}">{text}</a>'
     return f"<td>{text}</td>"
+
+
+HOME_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+              "td,th{border:1px solid #ccc;padding:.3em .8em;text-align:left}")
+
+
+def write_home(site_root: str | Path, gates: dict[str, str | Path]) -> Path:
+    """The Data Docs home, <site_root>/index.html: one page over every gate's site (the
+    corpus, each task's splits), each row its status icon, rows checked, failed checks and a
+    link to its validation site; plain HTML that needs no network. `gates` maps a gate's name
+    to its report JSON (checks.json of a task: one report per split). A gate whose report is
+    missing (its stage has not run) is listed as not run."""
+    root = Path(site_root)
+    rows = []
+    for gate, path in gates.items():
+        file = Path(path)
+        reports = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
+        if reports is not None and "checks" not in reports:  # a task: {split: report}
+            named = {f"{gate} / {split}": r for split, r in reports.items()}
+        else:
+            named = {gate: reports}
+        for name, rep in named.items():
+            if rep is None:
+                rows.append(f"<tr><td>{html.escape(name)}</td><td>not run</td><td></td><td></td>"
+                            "<td></td></tr>")
+                continue
+            icon = offline_icons(f'<i class="fas fa-{"check-circle" if rep["success"] else "times"}"></i>')
+            link = os.path.relpath(rep["data_docs"], root) if rep.get("data_docs") else ""
+            rows.append(f"<tr><td>{html.escape(name)}</td><td>{icon} "
+                        f"{'passed' if rep['success'] else 'failed'}</td><td>{rep['n_rows']}</td>"
+                        f"<td>{rep['failed']} of {rep['evaluated']}</td><td>"
+                        + (f'<a href="{html.escape(link)}">{html.escape(link)}</a>' if link else "")
+                        + "</td></tr>")
+    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpt1 Data Docs</title>"
+            f"<style>{HOME_STYLE}</style></head><body><h1>gpt1 data gates</h1>"
+            "<p>Every great-expectations gate of the pipeline; each links its own Data Docs "
+            "site (the suite, the validation and the offending rows).</p><table><thead><tr>"
+            "<th>gate</th><th>status</th><th>rows</th><th>failed checks</th><th>Data Docs</th>"
+            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></body></html>\n")
+    root.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(root / DOCS_INDEX, page)
+    return root / DOCS_INDEX
 
 
 def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule],
