@@ -1,7 +1,7 @@
 """A task of the user's own, declared in params (tasks.custom) from a 40-row CSV, no code: its
 stages as DVC renders them from params, then prepare_task (the gate), finetune, the report row,
-`gpt1 predict`, the mirror fingerprint DVC tracks, and an export that transformers'
-text-classification pipeline answers from as `gpt1 predict` does."""
+`gpt1 predict`, the registered MLflow model, the mirror fingerprint DVC tracks, and an export
+that transformers' text-classification pipeline answers from as `gpt1 predict` does."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import json
 import random
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from data_fixtures import write_corpus
 from test_dvc_data import _copy_repo, _run
 
-from gpt1 import bpe, checkpoint, networks, stages
+from gpt1 import bpe, checkpoint, networks, stages, tracking
 from gpt1.__main__ import main
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
@@ -69,10 +70,14 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     transformers = pytest.importorskip("transformers")
     monkeypatch.chdir(tmp_path)  # the task file is named relative to the repository root
     write_reviews(tmp_path / "reviews.csv")
+    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, tracking.STAGE_ENV, "DVC_STAGE"):
+        monkeypatch.delenv(env, raising=False)
+    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     raw = make_params_dict(tmp_path, {
         "finetune": {"tasks": ["reviews"], "epochs": 1, "seeds": [0],
                      "max_train_examples": None, "max_eval_examples": None},
-        "tasks": {"custom": CUSTOM}, "bpe": {"n_merges": 20}})
+        "tasks": {"custom": CUSTOM}, "bpe": {"n_merges": 20},
+        "tracking": {"enabled": True, "uri": db, "experiment": "custom"}})
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     params = parse_params(raw, "tiny")
     write_corpus(tmp_path / "mirror", n_books=1, n_paragraphs=2)
@@ -99,6 +104,14 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     assert main(["predict", "--task", "reviews", "a fine warm film"]) == 0
     answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert answer["label"] in ("neg", "pos") and set(answer["probabilities"]) == {"neg", "pos"}
+
+    import mlflow.pyfunc  # the registered model answers as predict
+
+    mlflow.set_tracking_uri(db)
+    served = mlflow.pyfunc.load_model("models:/gpt1-reviews/1").predict(
+        pd.DataFrame({"text": ["a fine warm film"]}))
+    assert served["label"][0] == answer["label"]
+    assert json.loads(served["probabilities"][0]) == answer["probabilities"]
 
     model = Path(params.paths.finetuned) / "p1234" / "reviews" / "model"
     export_hf(model, tmp_path / "hf", params.paths.tokenizer, params.paths.metrics)
