@@ -109,3 +109,12 @@ def test_the_readme_example_loads(tmp_path: Path) -> None:
     params = _params(tmp_path, custom["reviews"], "reviews")
     tables = load.load_task(TASKS["reviews"], params.tasks, None)
     assert sum(len(t) for t in tables.values()) == 19 and len(tables["train"]) > 0
+
+
+def test_a_record_of_a_custom_task_no_longer_declared_is_left_out(tmp_path: Path) -> None:
+    from gpt1.records import variant_results
+
+    record = {"variant": "full", "scores": {"acc": {"mean": 0.5}}}
+    metrics = {"finetune_gone_p1": {**record, "task": "gone"},
+               "finetune_sst2_p1": {**record, "task": "sst2"}}
+    assert list(variant_results(metrics, "full")) == ["sst2"]
