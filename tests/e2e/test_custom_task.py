@@ -52,10 +52,16 @@ def write_reviews(path: Path, n: int = 40) -> None:
                           "pos" if pos else "neg"])
 
 
-def test_dvc_renders_the_stages_of_a_custom_task(tmp_path: Path) -> None:
+def test_dvc_runs_the_stages_of_a_custom_task_and_tracks_its_file(tmp_path: Path) -> None:
+    """DVC makes the task's stages from params (foreach over finetune.tasks), gates it, and
+    re-runs its prepare_task when the file changes (the file's fingerprint is a dependency)."""
     repo = tmp_path / "repo"
     _copy_repo(repo)
+    write_corpus(repo / "mirror", n_books=1, n_paragraphs=2)
+    write_reviews(repo / "reviews.csv")
     raw = yaml.safe_load((repo / "params.yaml").read_text())
+    raw["paths"]["mirror_dir"] = "mirror"
+    raw["tracking"]["enabled"] = False
     raw["tasks"]["custom"] = CUSTOM
     raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], "reviews"]
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -63,6 +69,16 @@ def test_dvc_renders_the_stages_of_a_custom_task(tmp_path: Path) -> None:
     _run(["dvc", "init", "-q"], repo)
     listed = _run(["dvc", "stage", "list"], repo)
     assert "prepare_task@reviews" in listed and "finetune@reviews-1234" in listed
+    first = _run(["dvc", "repro", "prepare_task@reviews"], repo)
+    assert "Running stage 'prepare_task@reviews'" in first
+    checks = json.loads((repo / "data" / "tasks" / "reviews" / "checks.json").read_text())
+    assert all(r["success"] for r in checks.values()) and set(checks) == {"train", "dev", "test"}
+    assert "Running stage 'prepare_task@reviews'" not in _run(
+        ["dvc", "repro", "prepare_task@reviews"], repo)
+    with (repo / "reviews.csv").open("a", encoding="utf-8") as f:
+        f.write("a kind and warm end,pos\n")
+    assert "Running stage 'prepare_task@reviews'" in _run(
+        ["dvc", "repro", "prepare_task@reviews"], repo)
 
 
 def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch,
