@@ -84,8 +84,9 @@ class Paths(Section):
     corpus_checks: str
     """great-expectations validation result of the cleaned corpus (JSON)."""
     data_docs: str
-    """great-expectations Data Docs sites: <data_docs>/corpus and <data_docs>/tasks/<task>/<split>
-    (each an index.html; a DVC output of its gate stage)."""
+    """great-expectations Data Docs: <data_docs>/corpus and <data_docs>/tasks/<task> (one site
+    over its splits), each an index.html and a DVC output of its gate stage, and the home page
+    <data_docs>/index.html over all of them (the data_docs stage)."""
     tokenizer: str
     """Directory holding the trained BPE tokenizer."""
     shards: str

@@ -89,11 +89,13 @@ def _short(value: Any) -> Any:
     return value
 
 
-def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any],
-                    docs_dir: Path | None, asset: str, run_name: str) -> Any:
-    """Validate df (data asset `asset`) against the expectations as one suite through a GX
-    checkpoint run named `run_name` (the stage); with docs_dir, build a local Data Docs site
-    there whose pages name the asset, and whose index lists the validations offline."""
+def _run_checkpoints(gx: Any, name: str, frames: dict[str, pd.DataFrame],
+                     expectations: list[Any], docs_dir: Path | None, run_name: str
+                     ) -> dict[str, Any]:
+    """Validate each frame (data asset = its key) against the expectations, one suite, each
+    through a GX checkpoint run named `run_name` (the stage); with docs_dir, build ONE local
+    Data Docs site there over all of them, whose pages name the asset and whose index lists the
+    validations offline. Returns asset -> validation result."""
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -105,28 +107,33 @@ def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any
             "store_backend": {"class_name": "TupleFilesystemStoreBackend",
                               "base_directory": str(docs_dir.resolve())},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
-    batch_def = (ctx.data_sources.add_pandas(f"{name}_source")
-                 .add_dataframe_asset(asset).add_batch_definition_whole_dataframe("whole"))
+    source = ctx.data_sources.add_pandas(f"{name}_source")
     suite = ctx.suites.add(gx.ExpectationSuite(name=f"{name}_suite"))
     for exp in expectations:
         suite.add_expectation(exp)
-    definition = ctx.validation_definitions.add(
-        gx.ValidationDefinition(data=batch_def, suite=suite, name=name))
-    checkpoint = ctx.checkpoints.add(gx.Checkpoint(
-        name=f"{name}_gate", validation_definitions=[definition], actions=[],
-        result_format={"result_format": "COMPLETE"}))  # every offending row's index
-    run = checkpoint.run(batch_parameters={"dataframe": df},
-                         run_id=RunIdentifier(run_name=run_name))
-    ((key, result),) = run.run_results.items()
+    results = {}
+    for asset, df in frames.items():
+        batch_def = source.add_dataframe_asset(asset).add_batch_definition_whole_dataframe(
+            "whole")
+        definition = ctx.validation_definitions.add(
+            gx.ValidationDefinition(data=batch_def, suite=suite, name=f"{name}_{asset}"))
+        checkpoint = ctx.checkpoints.add(gx.Checkpoint(
+            name=f"{name}_{asset}_gate", validation_definitions=[definition], actions=[],
+            result_format={"result_format": "COMPLETE"}))  # every offending row's index
+        run = checkpoint.run(batch_parameters={"dataframe": df},
+                             run_id=RunIdentifier(run_name=run_name))
+        ((key, result),) = run.run_results.items()
+        if docs_dir is not None:
+            # A dataframe's batch spec names no asset (the pages would say "Data asset:
+            # None"): record it on the stored result; the site is built from the store.
+            result.meta["batch_spec"]["data_asset_name"] = asset
+            ctx.validation_results_store.set(key, result)
+        results[asset] = result
     if docs_dir is not None:
-        # A dataframe's batch spec names no asset (the pages would say "Data asset: None"):
-        # record it on the stored result, then build the site from the store.
-        result.meta["batch_spec"]["data_asset_name"] = asset
-        ctx.validation_results_store.set(key, result)
         ctx.build_data_docs(site_names=["gpt1"])
         static_index(docs_dir / DOCS_INDEX)
         offline_site(docs_dir)
-    return result
+    return results
 
 
 ICONS = {"check-circle": ("\u2714", "#28a745", "passed"), "times": ("\u2718", "#dc3545", "failed"),
@@ -258,17 +265,33 @@ def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule],
     `name`) is the data asset the pages name, `run_name` (default `name`) the validation run's
     name: the stage that ran it.
     """
+    asset = asset or name
+    return validate_frames({asset: df}, name, rules, docs_dir, run_name)[asset]
+
+
+def validate_frames(frames: dict[str, pd.DataFrame], name: str, rules: list[Rule],
+                    docs_dir: str | Path | None = None, run_name: str | None = None
+                    ) -> dict[str, dict[str, Any]]:
+    """`validate_frame` of several tables (asset name -> frame, e.g. a task's splits) against
+    one suite, with ONE Data Docs site over all of them; asset -> report."""
     logging.getLogger("great_expectations").setLevel(logging.WARNING)  # INFO floods the log
     import great_expectations as gx
 
     expectations = [_expectation(gx, r) for r in rules]
-    frame = df.reset_index(drop=True)  # index labels = row positions in the report
-    asset, run_name = asset or name, run_name or name
+    tables = {a: df.reset_index(drop=True) for a, df in frames.items()}  # labels = positions
+    run_name = run_name or name
     if docs_dir is None:
-        result = _run_checkpoint(gx, name, frame, expectations, None, asset, run_name)
+        results = _run_checkpoints(gx, name, tables, expectations, None, run_name)
     else:
         with atomic.atomic_path(docs_dir) as tmp:
-            result = _run_checkpoint(gx, name, frame, expectations, tmp, asset, run_name)
+            results = _run_checkpoints(gx, name, tables, expectations, tmp, run_name)
+    return {asset: _report(name, frames[asset], rules, expectations, result, docs_dir)
+            for asset, result in results.items()}
+
+
+def _report(name: str, df: pd.DataFrame, rules: list[Rule], expectations: list[Any],
+            result: Any, docs_dir: str | Path | None) -> dict[str, Any]:
+    """The JSON-ready report of one validation result (see `validate_frame`)."""
     by_id = {getattr(r.expectation_config, "id", None): r for r in result.results}
     checks = []
     for rule, exp in zip(rules, expectations, strict=True):

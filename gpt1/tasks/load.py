@@ -21,7 +21,7 @@ from gpt1.config import TasksCfg
 from gpt1.data import read_parquet_artifact
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.custom import read_custom
-from gpt1.tasks.gate import check_task_table
+from gpt1.tasks.gate import check_task_tables
 from gpt1.tasks.mirror_formats import Row, read_rows, row
 from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TaskSpec
 
@@ -226,17 +226,16 @@ def read_tables(task_dir: str | Path) -> Tables:
 
 def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path,
                     docs_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run the task's great-expectations suite on every split (Data Docs in docs_dir/<split>
-    when given); the first violation raises a Gpt1Error naming the file and line it came from
-    (base = the mirror's tasks/ folder)."""
-    report = {}
+    """Run the task's great-expectations suite on every split (one Data Docs site over the
+    splits in docs_dir when given); the first violation raises a Gpt1Error naming the file and
+    line it came from (base = the mirror's tasks/ folder)."""
     for split in SPLITS:
         if tables[split].empty:  # every check of an empty table passes; the next stage fails
             raise Gpt1Error(f"{spec.name}/{split}: no rows (from {spec.sources[split]}); "
                             "every split needs examples")
-        rep = check_task_table(tables[split], spec,
-                               None if docs_dir is None else Path(docs_dir) / split, split)
-        report[split] = rep
+    report = check_task_tables({s: tables[s] for s in SPLITS}, spec, docs_dir)
+    for split in SPLITS:
+        rep = report[split]
         if rep["success"]:
             continue
         fail = next(c for c in rep["checks"] if not c["success"])

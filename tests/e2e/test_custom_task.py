@@ -104,6 +104,12 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     prepared = stages.prepare_task(params, "reviews")
     assert prepared["checks_passed"] and sum(prepared["rows"].values()) == 40
     assert prepared["source"] == "custom" and min(prepared["rows"].values()) > 0
+    site = Path(params.paths.data_docs) / "tasks" / "reviews"  # one site over the 3 splits
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert all(f"reviews_{s}" in index for s in ("train", "dev", "test"))
+    assert not any((site / s).exists() for s in ("train", "dev", "test"))
+    home = Path(stages.data_docs(params)["home"]).read_text(encoding="utf-8")
+    assert "reviews / dev" in home and "✔</span> passed" in home and "not run" in home
     texts = [r.split(",")[0] for r in (tmp_path / "reviews.csv").read_text().splitlines()[1:]]
     tok = bpe.train_bpe(standardize_texts([" ".join(texts)] * 3), params.bpe,
                         params.paths.tokenizer)
