@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 import gpt1
 from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
-from gpt1.config import ParamsError, load_params, parse_params
+from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
 from gpt1.tasks.registry import TASKS
@@ -249,8 +249,8 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
                         uri) as (model_dir, tok_dir):
         args.model, args.tokenizer = str(model_dir), str(tok_dir)
         if params is None:
-            params = parse_params(checkpoint.read_model_meta(model_dir)["params"],
-                                  model_dir / checkpoint.MODEL_META)
+            params = checkpoint.recorded_params(checkpoint.read_model_meta(model_dir),
+                                                model_dir / checkpoint.MODEL_META)
         return tool.run(args, params)
 
 

@@ -290,7 +290,7 @@ def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
     from safetensors.torch import load_file
 
     from gpt1 import networks
-    from gpt1.config import parse_params
+    from gpt1.checkpoint import recorded_params
     from gpt1.heads import TaskModel
     from gpt1.tasks.registry import TASKS
 
@@ -300,7 +300,7 @@ def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
         raise Gpt1Error(f"not a gpt1 export-hf folder (no {GPT1_META}); export it with "
                         "`gpt1 export-hf`", folder)
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    params = parse_params(meta["params"], meta_path)
+    params = recorded_params(meta, meta_path)
     state = load_file(str(folder / "model.safetensors"))
     body = networks.build_model("gpt", params, meta["vocab_size"])
     ours = hf_weights.from_hf({k: v for k, v in state.items() if k.startswith("transformer.")})

@@ -118,3 +118,12 @@ def test_a_record_of_a_custom_task_no_longer_declared_is_left_out(tmp_path: Path
     metrics = {"finetune_gone_p1": {**record, "task": "gone"},
                "finetune_sst2_p1": {**record, "task": "sst2"}}
     assert list(variant_results(metrics, "full")) == ["sst2"]
+
+
+def test_a_model_recorded_before_custom_tasks_still_loads(tiny_params, tmp_path: Path) -> None:
+    """A model.json written before tasks.custom existed reads as one with no custom task."""
+    from gpt1.checkpoint import recorded_params
+
+    raw = tiny_params.as_dict()
+    del raw["tasks"]["custom"]
+    assert recorded_params({"params": raw}, tmp_path / "model.json").tasks.custom == {}
