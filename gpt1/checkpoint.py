@@ -240,10 +240,13 @@ SHAPE_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def recorded_params(meta: dict[str, Any], where: Path) -> Params:
     """The params a model was trained with (its model.json). Written before
-    model.vocab_pad_multiple existed = unpadded (1); Gpt1Error when no longer valid."""
+    model.vocab_pad_multiple existed = unpadded (1), before tasks.custom = none; Gpt1Error when
+    no longer valid."""
     raw = meta["params"]
     if isinstance(raw.get("model"), dict) and "vocab_pad_multiple" not in raw["model"]:
         raw = {**raw, "model": {**raw["model"], "vocab_pad_multiple": 1}}
+    if isinstance(raw.get("tasks"), dict) and "custom" not in raw["tasks"]:
+        raw = {**raw, "tasks": {**raw["tasks"], "custom": {}}}
     try:
         return parse_params(raw, where)
     except ParamsError as err:

@@ -28,7 +28,13 @@ from pydantic import (
     model_validator,
 )
 
-from gpt1.tasks.registry import TASKS  # upward import: task names checked against the table
+from gpt1.tasks.registry import (  # upward import: task names checked against the table
+    PAPER_TASKS,
+    TASKS,
+    CustomSource,
+    custom_task,
+    register_custom,
+)
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -89,8 +95,9 @@ class Paths(Section):
     corpus_checks: str
     """great-expectations validation result of the cleaned corpus (JSON)."""
     data_docs: str
-    """great-expectations Data Docs sites: <data_docs>/corpus and <data_docs>/tasks/<task>/<split>
-    (each an index.html; a DVC output of its gate stage)."""
+    """great-expectations Data Docs: <data_docs>/corpus and <data_docs>/tasks/<task> (one site
+    over its splits), each an index.html and a DVC output of its gate stage, and the home page
+    <data_docs>/index.html over all of them (the data_docs stage)."""
     tokenizer: str
     """Directory holding the trained BPE tokenizer."""
     shards: str
@@ -325,6 +332,26 @@ class FinetuneCfg(Section):
     overrides: dict[str, TaskOverride]
 
 
+class CustomTaskCfg(Section):
+    """A task of the user's own, fine-tuned, scored, served and exported like the paper's
+    (gpt1/tasks/custom.py): classification of one text, or of a pair when text_b is given."""
+
+    file: str
+    """CSV, TSV (with a header) or JSONL file of labelled examples, relative to the repo."""
+    text: str
+    """Column of the text (a pair task's first text)."""
+    text_b: str | None = None
+    """Column of a pair task's second text; null = one text per example."""
+    label: str
+    """Column of the label."""
+    labels: Annotated[StrTuple, Field(min_length=2)]
+    """The label values, in the head's order (F1: the second is the positive class)."""
+    metric: Literal["acc", "f1", "mcc"] = "acc"
+    split: str | None = None
+    """Column naming each row's split (train / dev / test); null = dev and test carved
+    (tasks.dev_frac / dev_examples, tasks.test_frac, tasks.carve_seed)."""
+
+
 class TasksCfg(Section):
     """Canonical task tables (gpt1/tasks): carved-out splits and input truncation (spec §5)."""
 
@@ -347,6 +374,22 @@ class TasksCfg(Section):
     truncate_keep: Literal["head", "tail"]
     """Which end of an over-long segment is kept (original: head, `ctx[:max_len]`). In a
     multiple-choice context the question is kept whole and the passage is cut."""
+    custom: dict[str, CustomTaskCfg]
+    """Tasks of the user's own by name (lower-case, not a paper task's): list a name in
+    finetune.tasks and DVC prepares, fine-tunes and reports it like the 12 paper tasks."""
+
+    @model_validator(mode="after")
+    def _custom_names(self) -> TasksCfg:
+        for name, task in self.custom.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in PAPER_TASKS:
+                raise ValueError(f"tasks.custom.{name}: a new lower-case name (letters, digits, "
+                                 "_), not one of the paper's tasks")
+            if len(set(task.labels)) < len(task.labels):
+                raise ValueError(f"tasks.custom.{name}.labels: a label is listed twice")
+        register_custom({name: custom_task(name, CustomSource(
+            file=t.file, text_a=t.text, text_b=t.text_b, label=t.label, split=t.split),
+            tuple(t.labels), t.metric) for name, t in self.custom.items()})
+        return self
 
 
 TRACKING_STORE_URI = re.compile(r"^(sqlite|https?|postgresql|mysql)[+\w]*://")

@@ -103,7 +103,7 @@ def located(location: str, tokenizer: str | Path | None, tracking_uri: str | Non
     model, meta = export.load_export(folder)
     with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp, _named(tmp, location):
         checkpoint.write_model(Path(tmp), model, meta)
-        yield Path(tmp), folder
+        yield Path(tmp), export.own_tokenizer(folder, Path(tmp) / "tokenizer")
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
     parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
-    parser.add_argument("--model", "--model-dir", dest="model",
+    parser.add_argument("--model", "--model-dir", "--run-dir", dest="model",
                         help="a fine-tuned model folder, an export-hf folder or "
                              "models:/name/version (default: <paths.finetuned>/p<first of "
                              "pretrain.seeds>/<task>/model)")

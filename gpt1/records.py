@@ -224,10 +224,12 @@ def pool_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
 def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
     """task -> fine-tuning record of one variant (`full` = the finetune stage; Table 5 rows =
     finetune_<variant>_<task>), grouped by the records' own task / variant fields: the
-    records of several pre-training seeds are pooled into one (`pool_runs`)."""
+    records of several pre-training seeds are pooled into one (`pool_runs`). A record of a
+    task the params no longer declare (a custom task since removed) is left out."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for stem, m in sorted(metrics.items()):
-        if stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m:
+        if (stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m
+                and m.get("task") in TASKS):
             groups.setdefault(m["task"], []).append(m)
     return {task: pool_runs(recs) for task, recs in groups.items()}
 

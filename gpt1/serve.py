@@ -220,7 +220,8 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
     log.info("Prefect UI http://%s:%d; %s points Prefect commands run in %s at it", HOST,
              prefect_port, settings.name, root)
     if "mlflow-ui" in services:
-        log.info("MLflow UI %s (ready in about 30 s)", params.tracking.ui_url)
+        log.info("MLflow UI %s (ready in about 30 s): the runs of %r", tracking.experiment_url(
+            params), params.tracking.experiment)
     log.info("stop everything with: gpt1 serve --stop")
     save()
     return _read_state(path)

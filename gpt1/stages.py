@@ -77,9 +77,10 @@ def _read_corpus(params: Params) -> Any:
 
 def scan_mirror(params: Params) -> dict[str, int]:
     """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
-    folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
+    folders = {name: spec.mirror_dir for name, spec in TASKS.items() if spec.custom is None}
+    files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
-                                 params.paths.mirror_scan)
+                                 params.paths.mirror_scan, files)
     hf_stages.scan(params)  # and the checkpoint pretrain.import_hf names (gpt1/hf_stages.py)
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
@@ -127,6 +128,13 @@ def check_corpus(params: Params) -> dict[str, Any]:
         raise Gpt1Error(f"{checks.summarize(report)} (Data Docs {report['data_docs']})",
                         params.paths.corpus_checks)
     return metrics
+
+
+def data_docs(params: Params) -> dict[str, Any]:
+    """One Data Docs home page over every data gate's site (readable offline)."""
+    gates: dict[str, str | Path] = {"corpus": params.paths.corpus_checks}
+    gates.update({t: Path(params.paths.tasks) / t / "checks.json" for t in params.finetune.tasks})
+    return {"home": str(checks.write_home(params.paths.data_docs, gates))}
 
 
 def train_bpe(params: Params) -> dict[str, Any]:
@@ -231,11 +239,11 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     tables = load.load_task(spec, params.tasks, mirror)
     docs = Path(params.paths.data_docs) / "tasks" / task
     with tracking.start_run(f"prepare_task_{task}", params):
-        report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "",
-                                      docs)
+        report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
+                                      if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")
     load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
-    metrics = {"task": task, "source": "mirror" if mirror else "hub",
+    metrics = {"task": task, "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                "checks_passed": all(r["success"] for r in report.values())}
     records.write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
@@ -368,7 +376,9 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                         paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
                                "finetuned": str(base / "runs")})
         kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-        m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}", stem=f"lr_{lr:g}")
+        with tracking.child_scope(f"lr={lr:g}", run, {"gpt1.lr_candidate": f"{lr:g}"}):
+            m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}",
+                                 stem=f"lr_{lr:g}")
         pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
         flat = {k: v["mean"] for k, v in m["scores"].items()}
         scores[f"{lr:g}"] = flat[spec.metric]
@@ -383,7 +393,10 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                              + "; predictions >= 95 % one class rank last; ties to the earlier "
                              "lr of the grid"),
                "pretrain_seed": seed, "seed": cfg.seed}
-    _record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"))
+    with tracking.start_run(f"lr_pilot_{variant}_{task}", params):  # the stage's own run
+        record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"),
+               summary={"chosen_lr": chosen, f"chosen_dev_{spec.metric}": scores[f"{chosen:g}"],
+                        "dev_scores": scores})
     return metrics
 
 

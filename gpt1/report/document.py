@@ -22,7 +22,7 @@ from gpt1.report.figure2 import (
 )
 from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
-from gpt1.report.tables import render_ablations, render_table
+from gpt1.report.tables import render_ablations, render_custom, render_table
 from gpt1.report.verdict import Finding, findings_json
 from gpt1.tasks.registry import TASKS
 
@@ -333,6 +333,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     out += [f"Our GLUE column is the mean over {len(cfg.glue)} GLUE tasks of each task's mean "
             f"score ({glue_def}); the paper's also includes WNLI and is a test-server "
             "score, so it is not directly comparable.", ""]
+    out += render_custom(params, full)
     out += [render_ablations(params, metrics), ""]
     lrs = lr_section(params, metrics)
     if lrs:
