@@ -319,6 +319,11 @@ class FinetuneCfg(Section):
     best on the dev split (accuracy for F1 tasks, degenerate epochs last, ties to the later
     epoch); the dev split is never a reported one."""
     overrides: dict[str, TaskOverride]
+    log_interval_steps: PosInt
+    """Train loss read from the device and logged every this many updates and at each epoch's
+    end; the updates between run without a host sync."""
+    compile: bool
+    """torch.compile the task model (a C compiler needed, else eager + one warning)."""
 
 
 class TasksCfg(Section):

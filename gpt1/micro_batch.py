@@ -67,8 +67,8 @@ def choose(per_rank: int, measure: Measure, limit: float) -> int:
     budget = HEADROOM * limit
     one = measure(1)
     if one > budget:
-        raise Gpt1Error(f"pretrain.micro_batch_seqs: auto: one sequence needs {one / 2**30:.2f} "
-                        f"GiB, over the {budget / 2**30:.2f} GiB this process may plan for; "
+        raise Gpt1Error(f"pretrain.micro_batch_seqs: auto: one sequence needs {one / 2**20:,.0f} "
+                        f"MiB, over the {budget / 2**20:,.0f} MiB this process may plan for; "
                         "use a smaller model or seq_len")
     if per_rank == 1:
         return 1

@@ -181,10 +181,30 @@ def data_parallel(module: torch.nn.Module, device: torch.device, bucket_mb: int,
         module, device_ids=[device.index] if device.type == "cuda" else None,
         gradient_as_bucket_view=True, bucket_cap_mb=bucket_mb)
     if bf16_grads:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        ddp.register_comm_hook(None, _bf16_all_reduce)
     return ddp
+
+
+def _bf16_all_reduce(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: a bucket's mean gradient all-reduced in bf16, written back to
+    the fp32 bucket (as torch's bf16_compress_hook, which is nccl-only; this one runs on gloo
+    too)."""
+    buffer = bucket.buffer()
+    half = buffer.to(torch.bfloat16).div_(dist.get_world_size())
+    reduced = dist.all_reduce(half, async_op=True)
+    assert reduced is not None
+
+    def unpack(fut: torch.futures.Future[Any]) -> torch.Tensor:
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return reduced.get_future().then(unpack)
+
+
+# DDP checks the hook's annotations against the classes themselves; this module's postponed
+# annotations (`from __future__ import annotations`) would leave them strings.
+_bf16_all_reduce.__annotations__.update(bucket=dist.GradBucket,
+                                        **{"return": torch.futures.Future[torch.Tensor]})
 
 
 def ranks_to_launch(nproc: int | str, requested_device: str) -> int:

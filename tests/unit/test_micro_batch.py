@@ -24,7 +24,7 @@ def test_choose_takes_the_largest_divisor_that_fits():
     assert micro_batch.choose(8, measure, limit) == 4
     assert micro_batch.choose(7, measure, limit) == 7  # 8 GiB: exactly the budget
     assert micro_batch.choose(5, measure, limit / 2) == 1  # 5 needs 6 GiB of 4
-    with pytest.raises(Gpt1Error, match="micro_batch_seqs: auto: one sequence needs 2.00 GiB"):
+    with pytest.raises(Gpt1Error, match="micro_batch_seqs: auto: one sequence needs 2,048 MiB"):
         micro_batch.choose(4, measure, 1.5 * 2**30)
 
 

@@ -12,6 +12,7 @@ import torch
 
 from gpt1 import checkpoint
 from gpt1.snapshot import BackgroundWriter, HostCopier
+from tests.unit.test_ddp import count_updates
 from tests.unit.test_train import _one_thread, _run  # noqa: F401 (autouse fixture)
 
 
@@ -21,24 +22,16 @@ def test_the_loop_trains_on_while_a_checkpoint_is_written(make_params, tmp_path,
     import gpt1.pretraining as loop
 
     params = make_params({"device": "cpu", "pretrain": {"precision": "fp32"}})
-    done: list[int] = []
-    step = loop.train_step
-
-    def counted(*args, **kwargs):
-        out = step(*args, **kwargs)
-        done.append(1)
-        return out
-
+    done = count_updates(loop, monkeypatch.setattr)
     write, writes = checkpoint.write_checkpoint, []
 
     def slow_write(run_dir, at, *args):
-        seen, deadline = len(done), time.monotonic() + 60
-        while at < 32 and len(done) < seen + 2 and time.monotonic() < deadline:
+        seen, deadline = done[0], time.monotonic() + 60
+        while at < 32 and done[0] < seen + 2 and time.monotonic() < deadline:
             time.sleep(0.005)
-        writes.append((at, threading.current_thread().name, len(done) - seen))
+        writes.append((at, threading.current_thread().name, done[0] - seen))
         return write(run_dir, at, *args)
 
-    monkeypatch.setattr(loop, "train_step", counted)
     monkeypatch.setattr(checkpoint, "write_checkpoint", slow_write)
     metrics = _run(params, tmp_path / "run")
     assert [w[0] for w in writes] == [8, 16, 24, 32]
