@@ -372,8 +372,8 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
                      f"tokens/s over the last 10 updates, {mfu(m['tokens_per_s'])}; 2 "
                      f"checkpoints held the loop {m['checkpoint_blocking_s']:.2f} s and took "
                      f"{m['checkpoint_writing_s']:.1f} s to write in the background; "
-                     f"{m['host_syncs']} synchronizing CUDA calls in all (log points, eval, "
-                     "probe, checkpoint copies)")
+                     f"{m['host_syncs']} synchronizing CUDA calls in all (the probe, compilation, "
+                     "2 log points, the evaluation, the checkpoints' events)")
 
     check.part("real pre-training loop", loop)
     for task, (k, seq) in FINETUNE_SHAPES.items():

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from gpt1.errors import Gpt1Error
@@ -145,9 +146,10 @@ def probe(module: nn.Module, seq_len: int, vocab: int, precision: str, device: t
 
 
 def resolve(cfg: Any, world: int, recorded: dict[str, Any] | None, measure: Measure | None,
-            limit: Callable[[], float]) -> int:
+            limit: Callable[[], float], device: torch.device | None = None) -> int:
     """The micro-batch of this run: the configured size; with `auto`, the recorded one when
-    resuming with as many ranks, else the probe's choice (logged)."""
+    resuming with as many ranks, else the probe's choice (logged), the smallest any rank's
+    probe chose when there are several (every rank must run as many micro-batches)."""
     if cfg.micro_batch_seqs != "auto":
         return int(cfg.micro_batch_seqs)
     accumulation(cfg, world)
@@ -160,6 +162,10 @@ def resolve(cfg: Any, world: int, recorded: dict[str, Any] | None, measure: Meas
     per_rank = cfg.batch_seqs // world
     budget = limit()
     size = choose(per_rank, measure, budget)
+    if world > 1 and dist.is_initialized():
+        agreed = torch.tensor([size], device=device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)  # a divisor of per_rank, as each was
+        size = int(agreed.item())
     log.info("micro_batch_seqs: auto: %d of %d sequences per rank fit (%.1f GiB usable, "
              "probe plans for %.0f %%): %d accumulation step(s)", size, per_rank, budget / 2**30,
              100 * HEADROOM, per_rank // size)

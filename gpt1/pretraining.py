@@ -313,7 +313,7 @@ def pretrain(
         size = micro_batch.resolve(cfg, world, split, micro_batch.probe(
             loss_module, cfg.seq_len, meta["vocab_size"], precision, device,
             micro_batch.unallocated_bytes(lm, optimizer, world, bucket_view=True)),
-            lambda: micro_batch.memory_limit(device, world))
+            lambda: micro_batch.memory_limit(device, world), device)
         accum = accumulation(cfg, world, size)
         module: nn.Module = loss_module
         if world > 1:

@@ -28,10 +28,11 @@ positions than this (every CPU demo batch) run as one chunk, without recomputati
 
 
 def chunked_lm_losses(model: TaskModel, h: torch.Tensor, targets: torch.Tensor,
-                      chunk: int = LM_CHUNK_TOKENS) -> torch.Tensor:
+                      chunk: int | None = None) -> torch.Tensor:
     """(N, C) hidden states, (N,) next tokens -> (N,) fp32 cross-entropies through the tied
-    output layer, `chunk` positions at a time; in training each chunk's logits are recomputed
-    in backward instead of kept."""
+    output layer, `chunk` (default LM_CHUNK_TOKENS) positions at a time; in training each
+    chunk's logits are recomputed in backward instead of kept."""
+    chunk = LM_CHUNK_TOKENS if chunk is None else chunk
     if h.size(0) <= chunk:
         return model.lm_losses(h, targets)
     parts = []

@@ -81,15 +81,18 @@ def test_the_chunked_lm_loss_equals_the_whole_one_and_holds_one_chunk(tiny_param
     assert lm_loss(model, hs, idx, lengths).isfinite()
 
 
-def test_the_compiled_step_equals_eager(tiny_params):
+def test_the_compiled_step_equals_eager(tiny_params, monkeypatch):
     """finetune.compile compiles the task model in place: three updates on one RACE-shaped
-    batch give eager's losses within 1e-5 (no dropout, whose compiled masks differ)."""
+    batch give eager's losses within 1e-5 (no dropout, whose compiled masks differ), the LM
+    loss in chunks of 64 positions (recomputed in backward) as on a GPU batch."""
+    from gpt1 import task_losses
     from gpt1.finetune import collate
     from gpt1.optim import build_optimizer
     from gpt1.runtime import compile_or_eager
     from gpt1.step import train_step
     from gpt1.task_losses import make_loss_fn
 
+    monkeypatch.setattr(task_losses, "LM_CHUNK_TOKENS", 64)
     cfg = tiny_params.model.model_copy(update={"resid_pdrop": 0.0, "embd_pdrop": 0.0,
                                                "attn_pdrop": 0.0})
     split = _choice_split(2, 0)
