@@ -32,7 +32,12 @@ COMPILED = {**OVERRIDES, "model": NO_DROPOUT,
 BF16_GRADS = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "ddp_bf16_grads": True,
                                         "ddp_bucket_mb": 1}}
 """Gradients all-reduced in bf16 (pretrain.ddp_bf16_grads), in small buckets."""
+AUTO = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "micro_batch_seqs": "auto",
+                                  "eval_batches": 1}}
+"""micro_batch_seqs: auto: each rank probes, the ranks agree on one size (2: a rank's half);
+validation on 1 global batch of 4 windows, the 2 micro-batches of 2 of the other runs."""
 RUNS = {"plain": OVERRIDES, "sparse": SPARSE, "compiled": COMPILED, "bf16_grads": BF16_GRADS,
+        "auto": AUTO,
         "eager": {**COMPILED, "pretrain": {**COMPILED["pretrain"], "compile": False}}}
 
 
@@ -100,6 +105,7 @@ def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
     if int(os.environ.get("RANK", "0")) == 0:
         losses = [m["loss"] for _, m in seen if "loss" in m]
         out.write_text(json.dumps({"losses": losses, "world": metrics["world_size"],
+                                   "micro": metrics["micro_batch_seqs"],
                                    "val": [h["val_loss"] for h in metrics["history"]]}))
     if run == "sparse":
         Path(f"{out}.{os.environ.get('RANK', '0')}").write_text(json.dumps(syncs))
@@ -120,14 +126,16 @@ def _free_port() -> int:
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
 def test_two_process_gloo_equals_one_process(tmp_path, monkeypatch):
+    """1 rank accumulating 2 micro-batches of 2 == 2 ranks with micro_batch_seqs: auto, whose
+    probes agree on 2 sequences a rank (the whole per-rank batch fits)."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     single = tmp_path / "single.json"
     _train(tmp_path / "one" / "run", single)  # 1 rank x accumulation 2
     double = tmp_path / "double.json"
     (tmp_path / "two").mkdir()
-    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", double), nprocs=2)
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", double, "auto"), nprocs=2)
     a, b = json.loads(single.read_text()), json.loads(double.read_text())
-    assert (a["world"], b["world"]) == (1, 2)
+    assert (a["world"], b["world"]) == (1, 2) and (a["micro"], b["micro"]) == (2, 2)
     assert len(a["losses"]) == len(b["losses"]) == 12
     for x, y in zip(a["losses"] + a["val"], b["losses"] + b["val"], strict=True):
         assert abs(x - y) <= 1e-5, (x, y)
