@@ -245,8 +245,10 @@ class PretrainCfg(Section):
     """Decay after warm-up: cosine annealing to 0 (paper) or linear decay to 0."""
     batch_seqs: PosInt
     """Sequences per optimizer update (global, across ranks and accumulation)."""
-    micro_batch_seqs: PosInt
-    """Sequences per forward/backward on one rank."""
+    micro_batch_seqs: Literal["auto"] | PosInt
+    """Sequences per forward/backward on one rank; `auto` = the largest that fits this
+    device's memory (a probe before the first update, gpt1/micro_batch.py; batch_seqs / ranks
+    when it fits), recorded in the checkpoints and model.json."""
     seq_len: PosInt
     """Tokens per training sequence (<= model.n_positions)."""
     epochs: PosFloat | None
@@ -268,8 +270,13 @@ class PretrainCfg(Section):
     """Processes `python -m gpt1 pretrain` / `pretrain_lstm` launches itself over on this node
     (torch's elastic launcher, one per GPU; gloo processes on the CPU): `auto` = every GPU
     torch sees (1 on the CPU). Changes how the global batch is split, never the result."""
+    ddp_bucket_mb: PosInt
+    """DDP gradient all-reduce bucket size (MB), several ranks only."""
+    ddp_bf16_grads: bool
+    """All-reduce gradients in bf16 (half the bytes) instead of fp32; several ranks only."""
     eval_interval_steps: PosInt
     eval_batches: PosInt
+    """Validation windows: eval_batches x micro_batch_seqs (x batch_seqs with `auto`)."""
     log_interval_steps: PosInt
     checkpoint_interval_steps: PosInt
     zero_shot_checkpoints: NonNegInt
@@ -287,7 +294,7 @@ class PretrainCfg(Section):
     def _one_budget(self) -> PretrainCfg:
         if (self.epochs is None) == (self.max_tokens is None):
             raise ValueError("pretrain.epochs: set exactly one of epochs / max_tokens")
-        if self.batch_seqs % self.micro_batch_seqs:
+        if self.micro_batch_seqs != "auto" and self.batch_seqs % self.micro_batch_seqs:
             raise ValueError(
                 f"pretrain.micro_batch_seqs: {self.micro_batch_seqs} does not divide "
                 f"batch_seqs={self.batch_seqs}"
@@ -330,6 +337,11 @@ class FinetuneCfg(Section):
     best on the dev split (accuracy for F1 tasks, degenerate epochs last, ties to the later
     epoch); the dev split is never a reported one."""
     overrides: dict[str, TaskOverride]
+    log_interval_steps: PosInt
+    """Train loss read from the device and logged every this many updates and at each epoch's
+    end; the updates between run without a host sync."""
+    compile: bool
+    """torch.compile the task model (a C compiler needed, else eager + one warning)."""
 
 
 class CustomTaskCfg(Section):
