@@ -384,6 +384,12 @@ def own_tokenizer(folder: Path, spare: Path) -> Path:
     spare.mkdir(parents=True)
     (spare / TOKENIZER_FILE).write_bytes((folder / GPT1_TOKENIZER).read_bytes())
     (spare / BPE_META).write_bytes((folder / BPE_META).read_bytes())
+    from gpt1.bpe import load_bpe
+
+    try:
+        load_bpe(spare)  # a damaged file is named as the export's, not as the spare copy
+    except Gpt1Error as err:
+        raise Gpt1Error(err.problem, folder / GPT1_TOKENIZER) from None
     return spare
 
 

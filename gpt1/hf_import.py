@@ -339,7 +339,10 @@ def import_task_model(src: Path, out_dir: str | Path) -> Path:
     from gpt1 import checkpoint, export
 
     model, meta = export.load_export(src)
-    tok_files = [src / export.TOKENIZER_FILE, src / export.BPE_META]
+    # a classification export's tokenizer.json carries transformers' input layout; gpt1's own
+    # tokenizer is then gpt1_tokenizer.json (export.own_tokenizer)
+    own = src / export.GPT1_TOKENIZER
+    tok_files = [own if own.is_file() else src / export.TOKENIZER_FILE, src / export.BPE_META]
     for path in tok_files:
         if not path.is_file():
             raise Gpt1Error("missing: the export is incomplete; export the model again", path)
@@ -352,8 +355,8 @@ def import_task_model(src: Path, out_dir: str | Path) -> Path:
              if p.is_file() and p.suffix in (".json", ".safetensors")}
     with atomic.user_folder(out_dir, False, OUT_FILES, flag=None) as tmp:
         (tmp / TOKENIZER_DIR).mkdir()
-        for path in tok_files:
-            shutil.copyfile(path, tmp / TOKENIZER_DIR / path.name)
+        for path, name in zip(tok_files, (export.TOKENIZER_FILE, export.BPE_META), strict=True):
+            shutil.copyfile(path, tmp / TOKENIZER_DIR / name)
         checkpoint.write_model(tmp, model, {**meta, "imported_from": {"source": str(src),
                                                                       "files": files}})
     log.info("imported the fine-tuned %s model of %s, its task head kept -> %s", meta["task"],

@@ -83,7 +83,7 @@ def test_generate_on_a_fine_tuned_model_names_it(tiny_params, tmp_path, capsys, 
     ("truncate", "gpt1_model.json", "not valid JSON"),
     ("truncate", "model.safetensors", "not a valid safetensors file"),
     ("truncate", "task_head.safetensors", "not a valid safetensors file"),
-    ("truncate", "tokenizer.json", "not a valid tokenizer file"),
+    ("truncate", "gpt1_tokenizer.json", "not a valid tokenizer file"),  # the one gpt1 reads
     ("remove", "model.safetensors", "missing"),
     ("remove", "task_head.safetensors", "missing"),
     ("wrong", "task_head.safetensors", "do not fit"),
