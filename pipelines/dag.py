@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.errors import Gpt1Error
+from gpt1.records import INFO_SUFFIX
 
 
 @dataclass(frozen=True)
 class StagePlan:
     """One DVC stage: its name (`finetune@rte` for foreach items), its upstream stages and its
-    metrics files (relative to the repo root)."""
+    metrics files: DVC metrics and stage records (relative to the repo root)."""
 
     name: str
     upstream: tuple[str, ...]
@@ -48,14 +49,20 @@ def read_plan(root: str | Path) -> list[StagePlan]:
                 for s in stages
             }
             names = nx.relabel_nodes(graph, name).reverse()
-            metrics = {
-                name[s]: tuple(os.path.relpath(m.fs_path, repo.root_dir) for m in s.metrics)
-                for s in stages
-            }
+            metrics = {name[s]: _records(s, repo.root_dir) for s in stages}
     except DvcException as err:
         raise Gpt1Error(f"cannot read the DVC pipeline ({err})", Path(root) / "dvc.yaml") from None
     order = nx.lexicographical_topological_sort(names, key=lambda n: f"{position[n]:09d}")
     return [StagePlan(n, upstream[n], metrics[n]) for n in order]
+
+
+def _records(stage: Any, root: str) -> tuple[str, ...]:
+    """A stage's metrics files: its DVC metrics plus its records (an output `<stem>.json`
+    beside an output `<stem>.info.json`, gpt1/records.py), which dvc.yaml keeps out of
+    `dvc metrics show`."""
+    outs = [os.path.relpath(o.fs_path, root) for o in stage.outs]
+    return tuple(rel for o, rel in zip(stage.outs, outs, strict=True)
+                 if o.metric or rel[:-len(".json")] + INFO_SUFFIX in outs)
 
 
 def _address(stage: Any) -> str:

@@ -62,7 +62,7 @@ def toy_repo(tmp_path: Path) -> Path:
           prep:
             cmd: cp raw a
             deps: [raw]
-            outs: [a]
+            outs: [a, m/prep.json, m/prep.info.json, m/other.json]  # a record, a plain JSON
           finetune:
             foreach: ${tasks}
             do:
@@ -84,7 +84,8 @@ def test_plan_is_topological_and_keeps_dvc_yaml_order(toy_repo: Path) -> None:
     plan = {s.name: s for s in read_plan(toy_repo)}
     assert plan["report"].upstream == ("prep", "finetune@rte", "finetune@cola")
     assert plan["report"].metrics == ("reports/m.json",)
-    assert plan["prep"].metrics == ()
+    assert plan["prep"].metrics == ("m/prep.json",)  # a record (its .info.json beside it)
+    assert plan["download_corpus"].metrics == ()
     assert plan["finetune@cola"].base == "finetune"
 
 
