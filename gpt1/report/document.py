@@ -390,9 +390,11 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
         if name == "figure2_left":  # one file per task of params layers.tasks: the plot
             for task in params.layers.tasks:  # definition (a folder) follows the params
                 paths[f"{name}_{task}"] = out / "plots" / name / f"{task}.csv"
-                table = [{"layers": r["layers"], "dev": r.get(f"{task}_dev"),
-                          "train": r.get(f"{task}_train")} for r in rows]
-                atomic.write_text(paths[f"{name}_{task}"], pd.DataFrame(table).to_csv(index=False))
+                table = pd.DataFrame([{"layers": r["layers"], "dev": r.get(f"{task}_dev"),
+                                       "train": r.get(f"{task}_train")} for r in rows])
+                if "train" in table and table["train"].isna().all():  # unmeasured: no empty series
+                    table = table.drop(columns="train")
+                atomic.write_text(paths[f"{name}_{task}"], table.to_csv(index=False))
             continue
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))
