@@ -46,7 +46,7 @@ from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from pipelines.dag import StagePlan, read_plan, select, to_run
 from pipelines.devices import DevicePool
-from pipelines.publish import publish_run
+from pipelines.publish import publish_run, share_remote
 from pipelines.workcopy import workspace_for
 
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
@@ -280,15 +280,19 @@ def _headline(metrics: dict[str, Any]) -> list[tuple[str, str]]:
 
 @flow(name="gpt1")
 def gpt1_pipeline(
-    params_path: str = "params.yaml", stages: list[str] | None = None, publish: bool = False
+    params_path: str = "params.yaml", stages: list[str] | None = None, publish: bool = False,
+    dvc_remote_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run the DVC pipeline (or `stages` plus their upstream) at the preset `params_path`: in
     the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy).
-    `publish` (a worker on another machine): push the run's git-tracked results to the
-    repository the worker cloned, as branch gpt1-runs/<flow run> (pipelines.publish)."""
+    `publish` (a worker on another machine): use the deployer's DVC remote `dvc_remote_url`
+    and push the run's git-tracked results to the repository the worker cloned, as branch
+    gpt1-runs/<flow run> (pipelines.publish)."""
     logger = get_run_logger()
     root, params = workspace_for(Path.cwd(), params_path)
     tracking.check_store(params)  # before any stage runs: an unusable store is one line
+    if publish:  # a clone on another machine: the deployer's remote, not a relative default
+        share_remote(root, params, dvc_remote_url)
     logger.info("working directory %s, params %s", root, params_path)
     plan = select(read_plan(root), stages)
     logger.info("stages: %s", ", ".join(s.name for s in plan))
