@@ -140,17 +140,14 @@ REMOTE_ENV = "GPT1_DVC_REMOTE"
 def remote_url(root: Path, name: str | None) -> str:
     """The URL the checkout at `root` resolves for its DVC remote `name` (a relative path
     made absolute, as DVC reads it): the remote a worker's clone elsewhere must use; "" for
-    none."""
+    none or an unknown one (a demo-remote run then stops, naming orchestrate.dvc_remote)."""
     if not name:
         return ""
     from dvc.repo import Repo
 
     with Repo(str(root)) as repo:
         remote = repo.config["remote"].get(name)
-    if remote is None:
-        raise Gpt1Error(f"orchestrate.dvc_remote: no DVC remote {name!r} (`dvc remote list`)",
-                        root / ".dvc" / "config")
-    return str(remote["url"])
+    return "" if remote is None else str(remote["url"])
 
 
 def clone_source(root: Path) -> dict[str, str]:

@@ -33,6 +33,7 @@ def test_a_clone_uses_the_deployers_remote_not_its_relative_default(
     first = _checkout(tmp_path / "here" / "repo")
     url = remote_url(first, "local")
     assert url == str(tmp_path / "here" / "gpt1-dvc-remote")  # absolute, as DVC reads it
+    assert remote_url(first, "s3") == "" and remote_url(first, None) == ""  # the run refuses
     clone = tmp_path / "other-machine" / "run-1" / "gpt1"
     shutil.copytree(first, clone)
     assert remote_url(clone, "local") != url  # the default: an empty remote beside the clone
