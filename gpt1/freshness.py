@@ -6,7 +6,8 @@ current when it is the record of a stage the params define (`current_stems`: the
 foreach / matrix stages expand to) and its stage hash equals the one the params give now. So a
 change to, say, `zeroshot.max_examples` leaves every fine-tuning record current, as DVC leaves
 those stages up to date. A record written before stage hashes (no `stage_hash`) is judged by its
-whole-params `config_hash`, as before.
+stage's dvc.lock entry (the params DVC recorded for it), else by its whole-params
+`config_hash`, as before.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gpt1.config import Params
+from gpt1.config import Params, _Loader, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.repo import repo_root
 
@@ -69,30 +70,83 @@ def stage_hash(params: Params, stage: str, root: Path | None = None) -> str:
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
-def current_stems(params: Params) -> dict[str, str]:
-    """Record stem -> dvc.yaml stage, for every stage the params define (as dvc.yaml's foreach
-    and matrix lists expand them; tests/unit/test_freshness.py checks it against DVC's own)."""
+def stage_addresses(params: Params) -> dict[str, str]:
+    """Record stem -> DVC stage address (`finetune@sst2-1234`), for every stage the params
+    define (as dvc.yaml's foreach and matrix lists expand them; tests/unit/test_freshness.py
+    checks it against DVC's own)."""
     seeds, abl = params.pretrain.seeds, params.ablations
     out = {name: name for name in ("download_corpus", "clean_corpus", "check_corpus",
                                    "train_bpe", "shard_corpus")}
     for p in seeds:
-        out |= {f"pretrain_p{p}": "pretrain", f"pretrain_lstm_p{p}": "pretrain_lstm",
-                f"zeroshot_p{p}": "zeroshot", f"zeroshot_lstm_p{p}": "zeroshot_lstm"}
-        out |= {f"finetune_{t}_p{p}": "finetune" for t in params.finetune.tasks}
-        out |= {f"finetune_{v}_{t}_p{p}": "ablation" for v in abl.variants for t in abl.tasks}
-        out |= {f"layers_{t}_{k}_p{p}": "transfer_layers" for t in params.layers.tasks
-                for k in params.layers.layers_transferred}
-    out |= {f"prepare_task_{t}": "prepare_task" for t in params.finetune.tasks}
-    out |= {f"lr_pilot_{v}_{t}": "lr_pilot" for v in abl.variants for t in abl.tasks}
+        out |= {f"pretrain_p{p}": f"pretrain@{p}", f"pretrain_lstm_p{p}": f"pretrain_lstm@{p}",
+                f"zeroshot_p{p}": f"zeroshot@{p}", f"zeroshot_lstm_p{p}": f"zeroshot_lstm@{p}"}
+        out |= {f"finetune_{t}_p{p}": f"finetune@{t}-{p}" for t in params.finetune.tasks}
+        out |= {f"finetune_{v}_{t}_p{p}": f"ablation@{v}-{t}-{p}"
+                for v in abl.variants for t in abl.tasks}
+        out |= {f"layers_{t}_{k}_p{p}": f"transfer_layers@{t}-{k}-{p}"
+                for t in params.layers.tasks for k in params.layers.layers_transferred}
+    out |= {f"prepare_task_{t}": f"prepare_task@{t}" for t in params.finetune.tasks}
+    out |= {f"lr_pilot_{v}_{t}": f"lr_pilot@{v}-{t}" for v in abl.variants for t in abl.tasks}
     return out
+
+
+def current_stems(params: Params) -> dict[str, str]:
+    """Record stem -> dvc.yaml stage (`finetune`), for every stage the params define."""
+    return {stem: address.split("@")[0] for stem, address in stage_addresses(params).items()}
+
+
+def _yaml(path: Path) -> Any:
+    """A YAML file as DVC reads it (YAML 1.2 floats: dvc.lock writes `1e-05`)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (safe)
+
+
+@functools.cache
+def _repo_state(root: Path, _mtimes: tuple[int, int]) -> tuple[Any, str, dict[str, Any]]:
+    """(raw params.yaml, its params' digest, stage address -> params its dvc.lock entry
+    recorded) of the repository at `root`."""
+    raw = _yaml(root / "params.yaml")
+    lock = _yaml(root / "dvc.lock") or {}
+    recorded = {addr: (entry.get("params") or {}).get("params.yaml", {})
+                for addr, entry in (lock.get("stages") or {}).items()}
+    return raw, parse_params(raw, root / "params.yaml").digest(), recorded
+
+
+def _lookup(raw: Any, key: str) -> Any:
+    for part in key.split("."):
+        raw = raw[part]
+    return raw
+
+
+def lock_current(params: Params, stem: str) -> bool | None:
+    """Whether dvc.lock's entry for the stage of record `stem` recorded the params that stage
+    declares as params.yaml holds them now (DVC's own test of a stage's params); None when
+    dvc.lock cannot tell: no lock or no entry, or `params` are not the repository's
+    params.yaml (a stage run with --params)."""
+    root = repo_root()
+    files = root / "params.yaml", root / "dvc.lock"
+    address = stage_addresses(params).get(stem)
+    if address is None or not all(f.is_file() for f in files):
+        return None
+    raw, digest, recorded = _repo_state(root, tuple(f.stat().st_mtime_ns for f in files))
+    if digest != params.digest() or address not in recorded:
+        return None
+    try:
+        return all(recorded[address].get(k) == _lookup(raw, k)
+                   for k in declared_params(address.split("@")[0], root))
+    except (KeyError, TypeError):
+        return False
 
 
 def is_current(params: Params, stem: str, record: Mapping[str, Any],
                old_hash: str | None = None) -> bool:
     """Whether `record` (stem `stem`) is its stage's record under `params`: its `stage_hash`
-    equals the stage's now; a record without one (written before stage hashes) by its
-    `config_hash` against `old_hash` (default the params' digest)."""
-    if "stage_hash" not in record:
+    equals the stage's now; a record without one (written before stage hashes) by its stage's
+    dvc.lock entry (lock_current), else by its `config_hash` against `old_hash` (default the
+    params' digest)."""
+    if "stage_hash" not in record:  # written before stage hashes: dvc.lock, else the digest
+        by_lock = lock_current(params, stem)
+        if by_lock is not None:
+            return by_lock
         return record.get("config_hash") == (old_hash or params.digest())
     stage = current_stems(params).get(stem)
     return stage is not None and record["stage_hash"] == stage_hash(params, stage)

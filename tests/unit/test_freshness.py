@@ -82,9 +82,9 @@ def test_current_stems_are_the_records_of_dvcs_own_stages() -> None:
         dvc_stems = {Path(o.fs_path).name.removesuffix(records.INFO_SUFFIX): s.name
                      for s in repo.index.stages for o in s.outs
                      if o.fs_path.endswith(records.INFO_SUFFIX)}
-    stems = freshness.current_stems(params)
-    assert set(stems) == set(dvc_stems)
-    assert all(dvc_stems[stem].split("@")[0] == stage for stem, stage in stems.items())
+    assert freshness.stage_addresses(params) == dvc_stems  # stem -> `finetune@sst2-1234`
+    assert set(freshness.current_stems(params).values()) == {
+        name.split("@")[0] for name in dvc_stems.values()}
 
 
 def test_the_headline_is_the_one_dvc_metric() -> None:
@@ -93,3 +93,32 @@ def test_the_headline_is_the_one_dvc_metric() -> None:
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     declared = [m for body in stages.values() for m in body.get("do", body).get("metrics", [])]
     assert [next(iter(m)) for m in declared] == ["${paths.reports}/headline.json"]
+
+
+def test_a_record_without_a_stage_hash_is_judged_by_its_dvc_lock_entry(
+        tmp_path: Path, monkeypatch) -> None:
+    """Records written before stage hashes (the committed demo's): the params DVC recorded
+    for their stage in dvc.lock, against params.yaml now."""
+    from conftest import make_params_dict
+
+    from gpt1.config import parse_params
+
+    (tmp_path / "dvc.yaml").write_bytes((REPO / "dvc.yaml").read_bytes())
+    raw = make_params_dict(tmp_path)
+    seed, task = raw["pretrain"]["seeds"][0], "sst2"
+    declared = freshness.declared_params("finetune", REPO)
+    lock = {"schema": "2.0", "stages": {f"finetune@{task}-{seed}": {"params": {"params.yaml": {
+        key: raw[key] for key in declared}}}}}  # finetune declares whole sections
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+    record = {"task": task, "variant": "full", "config_hash": "written-long-ago",
+              "scores": {"acc": {"mean": 0.5, "per_seed": [0.5]}}}
+    metrics = {f"finetune_{task}_p{seed}": record}
+    monkeypatch.chdir(tmp_path)
+
+    def headline_with(section: str, key: str, value: object) -> dict:
+        edited = {**raw, section: {**raw[section], key: value}}
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(edited))
+        return headline(parse_params(edited, "params.yaml"), metrics)["ft"]
+
+    assert headline_with("zeroshot", "max_examples", 8) == {task: 50.0}  # undeclared
+    assert headline_with("finetune", "lr", 3e-4) == {}  # declared: the stage is stale
