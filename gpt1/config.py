@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
 
 from gpt1.tasks.registry import TASKS  # upward import: task names checked against the table
 
@@ -367,20 +376,38 @@ class TrackingCfg(Section):
         return self
 
 
+def _auto_or_count(value: Any) -> int | Literal["auto"]:
+    """`auto` or a positive integer (one line either way, not one per branch of the union)."""
+    if value == "auto" or (type(value) is int and value > 0):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"must be auto or a positive integer, got {value!r}")
+
+
+def _auto_or_ids(value: Any) -> tuple[int, ...] | Literal["auto"]:
+    """`auto`, [] or a list of distinct device indices."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, list | tuple) and all(type(v) is int for v in value):
+        return _distinct_ids(tuple(value)) if value else ()
+    raise ValueError(f"must be auto or a list of device indices, got {value!r}")
+
+
 class OrchestrateCfg(Section):
     """How the Prefect flow (pipelines/gpt1_flow.py) runs the DVC stages; changes no result."""
 
-    max_parallel_stages: PosInt
+    max_parallel_stages: Annotated[PosInt | Literal["auto"], PlainValidator(_auto_or_count)]
     """Stages with no path between them in the DVC graph (fine-tunes) run at most this many
-    at once."""
+    at once; `auto` = one per device handed out (`devices`), 1 where there are none."""
     io_stages: StrTuple
     """Stages doing network / remote I/O, retried on failure (no other stage is retried)."""
     io_retries: NonNegInt
     io_retry_delay_seconds: NonNegFloat
-    devices: Annotated[IntTuple, AfterValidator(lambda v: _distinct_ids(v) if v else v)]
+    devices: Annotated[Literal["auto"] | tuple[int, ...], PlainValidator(_auto_or_ids),
+                       PlainSerializer(lambda v: v if v == "auto" else list(v), when_used="json")]
     """This worker's CUDA devices (indices) the flow hands out to concurrent stages: pre-training
     takes them all, each other model stage one (CUDA_VISIBLE_DEVICES, pipelines/devices.py);
-    [] = none declared: every stage sees what the worker sees."""
+    `auto` = every GPU the worker sees (its CUDA_VISIBLE_DEVICES when set; none with
+    `device: cpu`); [] = none declared: every stage sees what the worker sees."""
     dvc_remote: str | None
     """DVC remote shared by workers on different machines: each stage pulls its deps before and
     pushes its outs after; null = one machine, no push/pull."""

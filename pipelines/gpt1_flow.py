@@ -3,11 +3,11 @@
 The stage graph is read from DVC (pipelines.dag), so dvc.lock stays the record and DVC decides
 what is stale: stages `dvc status` finds up to date (with nothing changed upstream) are not
 scheduled at all, so a cached re-run takes about as long as `dvc repro`'s, and a stage that
-checkpoints resumes. Each stage waits for its upstream stages, then for a stage slot and its
-devices, and only then becomes a Prefect task (Running only while it works, its upstream
-futures as `wait_for`); stages with no path between them run at once, at most
-params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit), and none
-downstream of a failure runs. Only
+checkpoints resumes. Each stage waits for its upstream stages, then for its devices and a stage
+slot, and only then becomes a Prefect task (Running only while it works, its upstream futures
+as `wait_for`); stages with no path between them run at once, at most
+params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit; `auto`:
+one per device handed out, pipelines.devices), and none downstream of a failure runs. Only
 params.orchestrate.io_stages are retried, and never on a config error (exit code 2: retrying
 cannot heal it). A preset other than params.yaml runs in its own working copy
 (pipelines.workcopy), never by changing the workspace's params.yaml. One MLflow parent run per
@@ -45,12 +45,13 @@ from gpt1 import tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from pipelines.dag import StagePlan, read_plan, select, to_run
-from pipelines.devices import DevicePool
+from pipelines.devices import DevicePool, sharing_warning, stage_slots, worker_devices
 from pipelines.publish import publish_run, share_remote
 from pipelines.workcopy import workspace_for
 
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
-# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine).
+# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine;
+# `auto`: one per device handed out).
 STAGE_SLOTS = "gpt1-stages"
 # A held slot's lease, renewed by the holder every 3/4 of it. A lost worker (killed machine)
 # renews nothing, so its slots return once this expires (plus the server's 15 s sweep); Prefect's
@@ -169,13 +170,20 @@ def run_graph(
     The always-changed stages (scan_mirror) run first; then `dvc status` (pipelines.dag.to_run)
     names the stages that changed and everything downstream of them, and only those are
     scheduled: an up-to-date stage gets no task at all. Each scheduled stage waits in its own
-    thread for its upstream stages, then for a stage slot (a Prefect global concurrency limit
-    of orchestrate.max_parallel_stages) and its devices, and only then becomes a Prefect task,
-    so a task is Running only while it works; a stage downstream of a failure never runs."""
-    orch = params.orchestrate
+    thread for its upstream stages, then for its devices and a stage slot (a Prefect global
+    concurrency limit), and only then becomes a Prefect task, so a task is Running only while
+    it works; a stage downstream of a failure never runs."""
+    orch, logger = params.orchestrate, get_run_logger()
+    handed_out = worker_devices(orch, params.device, env)
+    slots = stage_slots(orch, handed_out)
+    logger.info("devices handed out: %s; up to %d stages at once",
+                ",".join(handed_out) or "none", slots)
+    shared = sharing_warning(handed_out, slots, params.device, env)
+    if shared:
+        logger.warning("%s", shared)
     with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, orch.max_parallel_stages)
-    devices = DevicePool(orch.devices)  # this flow run's stages share the worker's devices
+        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, slots)
+    devices = DevicePool(handed_out)  # this flow run's stages share the worker's devices
     # one thread per stage: a stage waiting for its upstream or a slot holds a thread only
     runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=len(plan) or 1)
     futures: dict[str, PrefectFuture[dict[str, Any]]] = {}
@@ -195,10 +203,12 @@ def run_graph(
                 retries=orch.io_retries if io else 0,
                 retry_delay_seconds=orch.io_retry_delay_seconds if io else 0,
             )
-            with concurrency(STAGE_SLOTS, occupy=1, strict=True,
-                             lease_duration=SLOT_LEASE_SECONDS,
-                             raise_on_lease_renewal_failure=False), \
-                    devices.hold(s.base) as visible:
+            # devices before the slot: a stage holding a slot never waits for devices, and
+            # the pool's order (pre-training first) is not undone by a race for the slots
+            with devices.hold(s.base) as visible, \
+                    concurrency(STAGE_SLOTS, occupy=1, strict=True,
+                                lease_duration=SLOT_LEASE_SECONDS,
+                                raise_on_lease_renewal_failure=False):
                 futures[s.name] = runner.submit(
                     stage_task, {"stage": s, "params": params, "root": str(root), "env": env,
                                  "parent": parent, "visible": visible},

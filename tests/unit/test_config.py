@@ -132,6 +132,9 @@ def test_cli_misspelled_key_exits_nonzero_one_line(tmp_path: Path) -> None:
         ("finetune.seeds", [], "must list at least one value"),
         ("layers.layers_transferred", [2, 2], "must not repeat a value, got [2]"),
         ("layers.layers_transferred", [], "must list at least one value"),
+        ("orchestrate.devices", [1, 1], "must not repeat a value, got [1]"),
+        ("orchestrate.devices", "all", "must be auto or a list of device indices, got 'all'"),
+        ("orchestrate.max_parallel_stages", 0, "must be auto or a positive integer, got 0"),
     ],
 )
 def test_seed_and_id_lists_refused(key: str, value: list[int], needle: str) -> None:
