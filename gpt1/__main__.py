@@ -310,6 +310,7 @@ def _run_stage(name: str, params: Params, params_path: str, started: float | Non
     from gpt1 import records, stages
 
     records.start_clock(started)
+    records.declare_stage(name, params)  # its records carry the hash of its declared params
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])
     if name in UNTRACKED or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs

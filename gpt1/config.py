@@ -706,6 +706,19 @@ class Params(Section):
             bad = [t for t in names if t not in TASKS]
             if bad:
                 raise ValueError(f"{key}: unknown task {bad[0]!r}; known: {sorted(TASKS)}")
+        # every task named elsewhere is one a prepare_task stage prepares (one per
+        # finetune.tasks); DPRD the zero-shot stage reads from the mirror itself
+        prepared = set(self.finetune.tasks)
+        for key, names in (("zeroshot.tasks", tuple(t for t in self.zeroshot.tasks
+                                                     if t != "dprd")),
+                           ("layers.tasks", self.layers.tasks),
+                           ("ablations.tasks", self.ablations.tasks),
+                           ("report.confirmatory_tasks", self.report.confirmatory_tasks)):
+            bad = [t for t in names if t not in prepared]
+            if bad:
+                raise ValueError(f"{key}: {bad[0]!r} is not prepared by any stage (prepare_task "
+                                 f"runs for finetune.tasks {list(self.finetune.tasks)}); add "
+                                 "it there or drop it here")
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")

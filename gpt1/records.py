@@ -3,7 +3,9 @@
 A record is two JSON files per stage: `<stage>.json` holds the scores only (the DVC metric, so
 `dvc metrics show/diff` carry nothing that changes on a re-run with the same outputs) and the
 sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and, once
-`start_clock` ran, `wall_seconds`. `read_metrics` merges the two back into one dict per stage.
+`start_clock` ran, `wall_seconds`, and once `declare_stage` ran, `stage_hash` (the hash of the
+params the stage declares in dvc.yaml: gpt1.freshness). `read_metrics` merges the two back into
+one dict per stage.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpt1 import atomic
+from gpt1 import atomic, freshness
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.registry import TASKS, Origin, TaskSpec
@@ -32,12 +34,21 @@ INFO_SUFFIX = ".info.json"
 """The sidecar beside a stage's scores file: what is not a score."""
 
 _clock: dict[str, float] = {}
+_stage: dict[str, str] = {}
 
 
 def start_clock(at: float | None = None) -> None:
     """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
     sidecar of every record written after it carries `wall_seconds` since then."""
     _clock["start"] = time.perf_counter() if at is None else at
+
+
+def declare_stage(stage: str, params: Params) -> None:
+    """This process runs dvc.yaml's stage `stage` on `params` (the params file's, before any
+    override of a variant): every record written after it carries the stage's `stage_hash`.
+    Outside a DVC repository (no dvc.yaml) there is no stage, and no stage hash."""
+    if freshness.dvc_yaml().is_file():
+        _stage["hash"] = freshness.stage_hash(params, stage)
 
 
 def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
@@ -54,6 +65,8 @@ def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
     info = {k: v for k, v in metrics.items() if k not in scores}
     if "start" in _clock:
         info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
+    if "hash" in _stage:
+        info["stage_hash"] = _stage["hash"]
     atomic.write_json(info_path, {**info, "config_hash": params.digest()})
     atomic.write_json(path, {k: metrics[k] for k in scores})
     return path, info_path

@@ -22,6 +22,7 @@ from gpt1 import (
     atomic,
     bpe,
     checkpoint,
+    freshness,
     hf_stages,
     logged_models,
     networks,
@@ -435,7 +436,8 @@ def _zeroshot(params: Params, name: str, kind: str, seed: int | None) -> dict[st
 
 def report(params: Params) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
-    metrics = records.read_metrics(params.paths.metrics)
+    # the current stages' records only: another config's leftovers are not this run's
+    metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))
     expected = {f"finetune_{v}_{t}_p{p}": ablation_params(
                     params, v, lr=metrics.get(f"lr_pilot_{v}_{t}", {}).get("chosen_lr")).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks
