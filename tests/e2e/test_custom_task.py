@@ -90,10 +90,11 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
         monkeypatch.delenv(env, raising=False)
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     raw = make_params_dict(tmp_path, {
-        "finetune": {"tasks": ["reviews"], "epochs": 1, "seeds": [0],
+        "finetune": {"epochs": 1, "seeds": [0],
                      "max_train_examples": None, "max_eval_examples": None},
         "tasks": {"custom": CUSTOM}, "bpe": {"n_merges": 20},
         "tracking": {"enabled": True, "uri": db, "experiment": "custom"}})
+    raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], "reviews"]  # the others stay prepared
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     params = parse_params(raw, "tiny")
     write_corpus(tmp_path / "mirror", n_books=1, n_paragraphs=2)

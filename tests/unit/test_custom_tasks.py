@@ -26,8 +26,9 @@ def _paper_tasks_only_afterwards():
     register_custom({})
 
 def _params(tmp_path: Path, task: dict, name: str = "mine"):
-    return parse_params(make_params_dict(tmp_path, {
-        "tasks": {"custom": {name: task}}, "finetune": {"tasks": [name]}}), "tiny")
+    raw = make_params_dict(tmp_path, {"tasks": {"custom": {name: task}}})
+    raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], name]  # zero-shot etc. stay prepared
+    return parse_params(raw, "tiny")
 
 
 def _pairs_jsonl(path: Path, n: int = 12) -> None:
