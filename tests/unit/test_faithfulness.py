@@ -78,7 +78,8 @@ def test_update_t_runs_at_lr_of_t(make_params, tmp_path: Path) -> None:
     """(iv) The original's adam uses schedule(t / t_total) with t before `t.assign(t + 1)`:
     the first update is at lr(0) (0 with a warm-up), update t at lr(t)."""
     params = make_params({"finetune": {"lr": 1e-3, "batch_size": 4, "epochs": 2,
-                                       "warmup_frac": 0.25, "seeds": [0]},
+                                       "warmup_frac": 0.25, "seeds": [0],
+                                       "log_interval_steps": 1},  # every update's lr logged
                           "pretrain": {"precision": "fp32"}})
     spec = TASKS["sst2"]
     data = {s: encode_table(_sst2_table(16, i), spec,

@@ -153,7 +153,8 @@ def _tiny_split(n: int, seed: int) -> Encoded:
 def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_params, tmp_path):
     """Fine-tuning restarts on re-run (a run is minutes): Ctrl-C stops it with exit code 130
     and no output directory, not even a seed's predictions, where the report would read."""
-    params = make_params({"finetune": {"init": "scratch", "epochs": 1, "seeds": [0, 1]}})
+    params = make_params({"finetune": {"init": "scratch", "epochs": 1, "seeds": [0, 1],
+                                       "log_interval_steps": 1}})  # a callback every update
     hp = resolve_hparams(params, "sst2")
     data = {"train": _tiny_split(16, 0), "dev": _tiny_split(8, 1), "test": _tiny_split(8, 2)}
     make_body = body_factory("scratch", None, None, lambda: GPT(params.model, 16), n_special=3)
