@@ -171,6 +171,16 @@ def read_task_runs(api_url: str, flow_run_id: str) -> dict[str, Any]:
     return {r.name: r for r in runs}
 
 
+def slots_in_use(api_url: str) -> int:
+    """Stage slots (pipelines.gpt1_flow.STAGE_SLOTS) held now, leases of a lost worker included."""
+    from pipelines.gpt1_flow import STAGE_SLOTS
+
+    with api_client(api_url) as client:
+        limit = client.read_global_concurrency_limit_by_name(STAGE_SLOTS)
+    time.sleep(1)  # polled by wait_for: once a second is enough
+    return int(limit.active_slots)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -254,6 +264,9 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         killed_at = max(int(p.name.split("_")[1]) for p in run_dir.glob("checkpoints/step_*"))
         bash(serve, repo, env, timeout=240)  # restarts the dead worker only
         started |= set(state_pids(home).values())
+        # the lost worker's stage slots come back when their 60 s lease lapses (as documented);
+        # before that a re-run has fewer slots and its two fine-tunes cannot overlap
+        wait_for(lambda: slots_in_use(api) == 0, 150, "the lost worker's stage slots")
 
         # the README's watched re-run completes
         out = bash(f"{readme['demo']} --param 'stages={json.dumps(TARGETS)}'", repo, env, 960)
