@@ -63,7 +63,8 @@ ALWAYS_RUNS = {"scan_mirror"}  # always_changed in dvc.yaml
 # .info.json sidecar, a fine-tune's result.json (its throughput); the scores are compared
 VOLATILE = ("data_docs/", ".info.json", "/result.json")
 RUNNING = re.compile(r"Running stage '([^']+)'")
-STAGE_TIMEOUT_S = 900.0  # a run or a tree that outlives this is hung: a finding
+STAGE_TIMEOUT_S = 900.0  # a run that outlives this is hung: a finding
+TREE_TIMEOUT_S = 300.0  # what is left of a run's tree after a kill and outlives this: hung
 
 
 @dataclass
@@ -213,10 +214,10 @@ def dvc_attempt(repo: Path, env: dict[str, str], kill_after: float | None,
         with_ok(victim.kill)
         rest = [p for p in procs if p.pid != victim.pid]
         try:
-            proc.wait(timeout=STAGE_TIMEOUT_S)
+            proc.wait(timeout=TREE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             pass
-        hung = end_tree(rest, STAGE_TIMEOUT_S)
+        hung = end_tree(rest, TREE_TIMEOUT_S)
         if hung:
             kill["hung"] = hung
     if proc.poll() is None:  # never ended: a hang
