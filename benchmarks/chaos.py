@@ -14,7 +14,9 @@ fine-tune) once without interruption: the reference.
 - **Prefect**: `gpt1 serve --no-ui` (Prefect server, `gpu` pool, deployments, worker) in a fresh
   copy; `prefect deployment run gpt1/demo` with the same stages; at a random moment either the
   worker with everything under it (a lost machine) or the Prefect server is SIGKILLed, `gpt1
-  serve` restarts what died and a new deployment run follows, until a run completes.
+  serve` restarts what died (after a server kill the flow run's process is left to end first)
+  and a new deployment run follows, until a run completes. Each run whose worker was killed
+  must end Crashed (Prefect's zombie-run automation, which `gpt1 serve` creates).
 
 Checked after every round: the outputs (every file of every output dvc.lock records: records,
 tables, tokenizer, shards, checkpoints, models; not the Data Docs HTML, the `.info.json`
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +66,7 @@ ALWAYS_RUNS = {"scan_mirror"}  # always_changed in dvc.yaml
 # .info.json sidecar, a fine-tune's result.json (its throughput); the scores are compared
 VOLATILE = ("data_docs/", ".info.json", "/result.json")
 RUNNING = re.compile(r"Running stage '([^']+)'")
+FINAL = ("Completed", "Failed", "Crashed", "Cancelled")
 STAGE_TIMEOUT_S = 900.0  # a run that outlives this is hung: a finding
 TREE_TIMEOUT_S = 300.0  # what is left of a run's tree after a kill and outlives this: hung
 
@@ -76,6 +80,7 @@ class Drill:
     recomputed: list[str] = field(default_factory=list)  # finished stages run again
     differing: list[str] = field(default_factory=list)  # outputs unlike the reference
     failures: list[str] = field(default_factory=list)  # runs that failed without a kill
+    lost_runs: list[str] = field(default_factory=list)  # final states of a killed worker's runs
     rounds: int = 0
 
 
@@ -194,12 +199,12 @@ def with_ok(fn: Callable[[], Any]) -> None:
         pass
 
 
-def dvc_attempt(repo: Path, env: dict[str, str], kill_after: float | None,
-                rng: random.Random, log: Path) -> tuple[list[str], dict[str, Any] | None, int]:
+def dvc_attempt(repo: Path, env: dict[str, str], kill_after: float | None, rng: random.Random,
+                log: Path, target: str) -> tuple[list[str], dict[str, Any] | None, int]:
     """One `dvc repro`; with `kill_after`, a random process of its tree is SIGKILLed then.
     Returns the stages it started, the kill (None when it ended first) and its exit code."""
     with log.open("w") as out:
-        proc = subprocess.Popen([str(BIN / "dvc"), "repro", TARGET], cwd=repo, env=env,
+        proc = subprocess.Popen([str(BIN / "dvc"), "repro", target], cwd=repo, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + (kill_after if kill_after is not None else STAGE_TIMEOUT_S)
     while proc.poll() is None and time.monotonic() < deadline:
@@ -227,8 +232,21 @@ def dvc_attempt(repo: Path, env: dict[str, str], kill_after: float | None,
     return RUNNING.findall(log.read_text()), kill, code
 
 
+def reference_run(template: Path, work: Path, env: dict[str, str],
+                  target: str) -> tuple[dict[str, str], float]:
+    """The uninterrupted run: its outputs and its wall time."""
+    start = time.monotonic()
+    repo = fresh_copy(template, work / "reference")
+    _sh([str(BIN / "dvc"), "repro", target], repo, env, timeout=STAGE_TIMEOUT_S)
+    took = time.monotonic() - start
+    found = outputs(repo)
+    print(f"reference: uninterrupted `dvc repro {target}` in {took:.0f} s, "
+          f"{len(lock_stages(repo))} stages, {len(found)} output files compared", flush=True)
+    return found, took
+
+
 def drill_dvc(template: Path, work: Path, env: dict[str, str], kills: int, horizon: float,
-              rng: random.Random, reference: dict[str, str]) -> Drill:
+              rng: random.Random, reference: dict[str, str], target: str = TARGET) -> Drill:
     drill = Drill()
     while len(drill.kills) < kills:
         drill.rounds += 1
@@ -237,7 +255,7 @@ def drill_dvc(template: Path, work: Path, env: dict[str, str], kills: int, horiz
             finished = set(lock_stages(repo))
             kill_after = rng.uniform(0.5, horizon) if len(drill.kills) < kills else None
             log = work / f"dvc-round{drill.rounds}-{len(drill.kills)}.log"
-            ran, kill, code = dvc_attempt(repo, env, kill_after, rng, log)
+            ran, kill, code = dvc_attempt(repo, env, kill_after, rng, log, target)
             drill.recomputed += [f"{s} (round {drill.rounds})"
                                  for s in ran if s in finished - ALWAYS_RUNS]
             if kill is None:
@@ -278,14 +296,16 @@ def flow_state(api: str, flow_run_id: str) -> tuple[str, list[str]]:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
-        state = client.read_flow_run(flow_run_id).state
+        state = client.read_flow_run(uuid.UUID(flow_run_id)).state
         logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-    ran = [m.group(1) for log in logs for m in [RUNNING.match(log.message)] if m]
-    return (state.name if state else "none"), ran
+    ran = [str(m.group(1)) for log in logs for m in [RUNNING.match(log.message)] if m]
+    return str(state.name if state else "none"), ran
 
 
 def prefect_round(template: Path, work: Path, env: dict[str, str], kills: int, horizon: float,
                   rng: random.Random, drill: Drill) -> Path:
+    """One fresh copy under `gpt1 serve`: deployment runs, each killed at a random moment (the
+    worker with everything under it, or the server) until one runs to the end."""
     drill.rounds += 1
     repo = fresh_copy(template, work / f"prefect-round{drill.rounds}")
     home = work / f"prefect-home{drill.rounds}"
@@ -295,6 +315,7 @@ def prefect_round(template: Path, work: Path, env: dict[str, str], kills: int, h
     serve = [str(BIN / "gpt1"), "serve", "--no-ui", "--prefect-port", str(port)]
     run = [str(BIN / "prefect"), "deployment", "run", "gpt1/demo",
            "--param", f"stages={json.dumps([TARGET])}"]
+    lost: list[str] = []  # flow runs whose worker was killed
     try:
         _sh(serve, repo, env)
         while True:
@@ -302,39 +323,49 @@ def prefect_round(template: Path, work: Path, env: dict[str, str], kills: int, h
             out = _sh(run, repo, env, timeout=180)
             flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", out).group(1)  # type: ignore[union-attr]
             kill_after = rng.uniform(5.0, horizon) if len(drill.kills) < kills else None
-            start = time.monotonic()
-            deadline = start + (kill_after if kill_after is not None else STAGE_TIMEOUT_S)
-            state = "Scheduled"
-            while time.monotonic() < deadline:
-                state, _ = flow_state(api, flow_run_id)
-                if state in ("Completed", "Failed", "Crashed", "Cancelled"):
-                    break
+            deadline = time.monotonic() + (kill_after if kill_after is not None
+                                           else STAGE_TIMEOUT_S)
+            state, ran = "Scheduled", list[str]()
+            while time.monotonic() < deadline and state not in FINAL:
                 time.sleep(1.0)
-            if state in ("Completed", "Failed", "Crashed", "Cancelled") or kill_after is None:
                 state, ran = flow_state(api, flow_run_id)
+            drill.recomputed += [f"{s} (prefect round {drill.rounds})"
+                                 for s in ran if s in finished - ALWAYS_RUNS]
+            if state in FINAL or kill_after is None:
                 drill.reruns.append(ran)
-                drill.recomputed += [f"{s} (prefect round {drill.rounds})"
-                                     for s in ran if s in finished - ALWAYS_RUNS]
                 print(f"prefect round {drill.rounds}: flow run {state}, ran {', '.join(ran)}",
                       flush=True)
                 if state != "Completed":
                     drill.failures.append(f"prefect round {drill.rounds}: flow run {state}")
                 break
-            _, ran = flow_state(api, flow_run_id)
-            drill.recomputed += [f"{s} (prefect round {drill.rounds})"
-                                 for s in ran if s in finished - ALWAYS_RUNS]
             victim = rng.choice(["worker", "prefect-server"])
+            worker = services(home)["worker"]
             procs = tree(services(home)[victim])
             for proc in procs:  # the service and everything under it, at once
                 with_ok(proc.kill)
             psutil.wait_procs(procs, timeout=60)
-            drill.kills.append({"at_s": round(kill_after, 1), "victim": victim,
-                                "in_flight": ran[-1] if ran else None})
-            print(f"prefect kill {len(drill.kills)} at {kill_after:.1f} s: {victim}, "
-                  f"in flight {ran[-1] if ran else None}", flush=True)
-            # a stage a killed server's flow run still runs finishes on its own first
-            end_tree([p for p in psutil.process_iter() if _under(p, repo)], STAGE_TIMEOUT_S)
+            kill = {"at_s": round(kill_after, 1), "victim": victim,
+                    "in_flight": ran[-1] if ran else None}
             _sh(serve, repo, env)  # restarts what died
+            if victim == "worker":
+                lost.append(flow_run_id)
+            else:  # the flow run outlived its server: let it end before the next run starts
+                hung = end_tree(tree(worker)[1:], TREE_TIMEOUT_S)
+                kill["then"] = flow_state(api, flow_run_id)[0]
+                if hung:
+                    kill["hung"] = hung
+            drill.kills.append(kill)
+            print(f"prefect kill {len(drill.kills)} at {kill_after:.1f} s: {victim}, "
+                  f"in flight {kill['in_flight']}"
+                  + (f"; its flow run then {kill['then']}" if "then" in kill else ""),
+                  flush=True)
+        for flow_run_id in lost:  # Prefect's zombie automation (gpt1 serve) crashes them
+            deadline = time.monotonic() + 180
+            while (state := flow_state(api, flow_run_id)[0]) not in FINAL:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(2.0)
+            drill.lost_runs.append(state)
     finally:
         subprocess.run(serve[:2] + ["serve", "--stop"], cwd=repo, env=env, timeout=120,
                        check=False, capture_output=True)
@@ -345,11 +376,9 @@ def prefect_round(template: Path, work: Path, env: dict[str, str], kills: int, h
 
 
 def _under(proc: psutil.Process, root: Path) -> bool:
-    """A stage or DVC process of the round's copy (not a service: those run in the copy too)."""
+    """A process still running in the round's copy (after `gpt1 serve --stop`)."""
     try:
-        cmd = " ".join(proc.cmdline())
-        return (proc.pid != os.getpid() and Path(proc.cwd()).is_relative_to(root)
-                and ("-m gpt1" in cmd or "dvc" in cmd) and "serve" not in cmd)
+        return proc.pid != os.getpid() and Path(proc.cwd()).is_relative_to(root)
     except (psutil.Error, ValueError):
         return False
 
@@ -380,10 +409,15 @@ def summary(name: str, drill: Drill) -> bool:
           f"{drill.differing or ''}")
     hangs = [k for k in drill.kills if "hung" in k]
     print(f"  hangs after a kill: {len(hangs)} {hangs or ''}")
+    if drill.lost_runs:  # Prefect: runs of a killed worker, ended by the zombie automation
+        ends = {s: drill.lost_runs.count(s) for s in sorted(set(drill.lost_runs))}
+        print(f"  flow runs of a killed worker: {len(drill.lost_runs)}, ended "
+              f"{', '.join(f'{s}: {n}' for s, n in ends.items())}")
     print(f"  runs that failed without a kill: {len(drill.failures)}")
     for failure in drill.failures:
         print("    " + failure.replace("\n", "\n    "))
-    return not (drill.recomputed or drill.differing or drill.failures or hangs)
+    return not (drill.recomputed or drill.differing or drill.failures or hangs
+                or set(drill.lost_runs) - {"Crashed"})
 
 
 def main() -> int:
@@ -400,13 +434,7 @@ def main() -> int:
     ok = True
     try:
         template = make_template(work / "template", env)
-        start = time.monotonic()
-        reference_repo = fresh_copy(template, work / "reference")
-        _sh([str(BIN / "dvc"), "repro", TARGET], reference_repo, env, timeout=STAGE_TIMEOUT_S)
-        took = time.monotonic() - start
-        reference = outputs(reference_repo)
-        print(f"reference: uninterrupted `dvc repro {TARGET}` in {took:.0f} s, "
-              f"{len(lock_stages(reference_repo))} stages, {len(reference)} outputs compared")
+        reference, took = reference_run(template, work, env, TARGET)
         if args.dvc_kills:
             ok &= summary("dvc repro", drill_dvc(template, work, env, args.dvc_kills, took,
                                                  rng, reference))
