@@ -57,6 +57,7 @@ SETTINGS_MARK = "# written by `gpt1 serve`; removed by `gpt1 serve --stop`"
 FLOW_HEARTBEAT_SECONDS = 30
 ZOMBIE_AFTER_SECONDS = 3 * FLOW_HEARTBEAT_SECONDS
 ZOMBIE_AUTOMATION = "gpt1: crash flow runs without heartbeats"
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 FINAL_EVENTS = [f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")]
 
 
@@ -175,6 +176,10 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # the stage slots' leases on disk ($PREFECT_HOME), not in the server's memory: a killed
+        # server forgot them, so the slots its runs held never came back and every later run
+        # waited forever (found by benchmarks/chaos.py); Prefect's own file lease storage
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,
         "DO_NOT_TRACK": "true",
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_TRACKING_URI": uri,
