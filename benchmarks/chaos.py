@@ -132,8 +132,13 @@ def fresh_copy(template: Path, dest: Path) -> Path:
 
 
 def lock_stages(repo: Path) -> dict[str, Any]:
+    """dvc.lock's stages; none when it is missing or unreadable (the re-run then says why)."""
     path = repo / "dvc.lock"
-    return yaml.safe_load(path.read_text())["stages"] if path.exists() else {}
+    try:
+        return dict(yaml.safe_load(path.read_text())["stages"]) if path.exists() else {}
+    except (yaml.YAMLError, TypeError, KeyError) as err:
+        print(f"{path}: unreadable ({type(err).__name__})", flush=True)
+        return {}
 
 
 def outputs(repo: Path) -> dict[str, str]:
