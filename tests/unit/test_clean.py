@@ -125,8 +125,8 @@ def test_changed_raw_file_is_refused(tmp_path, make_params) -> None:
 
 def test_a_killed_cleaning_worker_stops_the_stage_instead_of_hanging(make_params) -> None:
     """SIGKILL a cleaning worker while the workers start: one line (Gpt1Error), in seconds; a
-    multiprocessing.Pool would wait forever for the document the dead worker held (found by
-    benchmarks/chaos.py)."""
+    multiprocessing.Pool would wait forever for the document the dead worker held (one of the
+    kills benchmarks/chaos.py makes)."""
     import threading
     import time
 
