@@ -68,7 +68,7 @@ VOLATILE = ("data_docs/", ".info.json", "/result.json")
 RUNNING = re.compile(r"Running stage '([^']+)'")
 FINAL = ("Completed", "Failed", "Crashed", "Cancelled")
 STAGE_TIMEOUT_S = 900.0  # a run that outlives this is hung: a finding
-KILL_WINDOW = 0.6  # kill moments: uniform over this share of the uninterrupted run's time
+KILL_WINDOW = 0.6  # kill moments: uniform over this share of the shortest whole run's time
 TREE_TIMEOUT_S = 300.0  # what is left of a run's tree after a kill and outlives this: hung
 
 
@@ -262,7 +262,10 @@ def drill_dvc(template: Path, work: Path, env: dict[str, str], kills: int, horiz
             kill_after = rng.uniform(0.5, KILL_WINDOW * horizon) if len(drill.kills) < kills \
                 else None
             log = work / f"dvc-round{drill.rounds}-{len(drill.kills)}.log"
+            started = time.monotonic()
             ran, kill, code = dvc_attempt(repo, env, kill_after, rng, log, target)
+            if kill is None and not finished and not code:  # a whole run, uninterrupted: the
+                horizon = min(horizon, time.monotonic() - started)  # machine got faster
             drill.recomputed += [f"{s} (round {drill.rounds})"
                                  for s in ran if s in finished - ALWAYS_RUNS]
             if kill is None:
