@@ -4,8 +4,9 @@ The drill's tiny preset (tests/conftest.py's TINY model, a generated mirror) run
 pretrain@1234` once uninterrupted, then in a fresh copy with three SIGKILLs of a random process
 of the run's tree (DVC, a stage, a process a stage started) at seeded random moments, re-running
 after each: every output file equals the uninterrupted run's, no re-run ran a stage dvc.lock
-already recorded as finished, nothing hung, and the last re-run succeeded. Measured: 272 s wall,
-78 s CPU (with its subprocesses) on 2 cores at load 12; it replaces no other test.
+already recorded as finished, nothing hung, and the last re-run succeeded. Measured: 81 s wall,
+76 s CPU with its subprocesses, on 2 cores at load 4 (272 s wall at load 12); it replaces no
+other test.
 """
 
 from __future__ import annotations
