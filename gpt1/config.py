@@ -311,6 +311,10 @@ class FinetuneCfg(Section):
     """final = score the last epoch (the paper: 3 epochs, no selection); dev = keep the epoch
     best on the dev split (accuracy for F1 tasks, degenerate epochs last, ties to the later
     epoch); the dev split is never a reported one."""
+    bucket_pool_batches: PosInt | None
+    """Length-bucketed batches (gpt1/batching.py): each epoch's seeded shuffle is cut into pools
+    of this many batches, each pool sorted by length into batches, the batches visited in a
+    seeded order (the same examples and updates, less padding); null = random batches."""
     overrides: dict[str, TaskOverride]
 
 

@@ -29,6 +29,7 @@ from torch import nn
 
 from gpt1 import atomic, runtime
 from gpt1.backends import backend_of
+from gpt1.batching import epoch_batches, example_lengths
 from gpt1.config import Params
 from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
@@ -75,6 +76,8 @@ class Hparams:
     data_seed: int
     select: str
     """final = score the last epoch; dev = the epoch best on the dev split (never reported)."""
+    bucket_pool_batches: int | None
+    """Length buckets: batches per length-sorted pool (gpt1/batching.py); None = random."""
     device: str
     """params.device (auto | cpu | cuda): where finetune_task runs unless told otherwise."""
 
@@ -97,7 +100,7 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
         max_eval_examples=pick("max_eval_examples"), betas=(pt.adam_beta1, pt.adam_beta2),
         eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
         precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
-        select=ft.select,
+        select=ft.select, bucket_pool_batches=ft.bucket_pool_batches,
         device=params.device,
     )
 
@@ -280,12 +283,15 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     best: tuple[tuple[bool, float, int], dict[str, torch.Tensor] | None, np.ndarray] | None = None
     history = []
     step, t0, seen = 0, time.perf_counter(), 0
+    example_lens = example_lengths(train.seqs)
+    order_rng = np.random.default_rng([seed, 1])  # batch order only: `rng` draws as before
     bar = progress(total=total, desc=f"{spec.name} seed {seed}", unit="step")
     for epoch in range(hp.epochs):
         model.train()
         perm = rng.permutation(len(train))
-        for start in range(0, len(train), hp.batch_size):
-            rows = perm[start : start + hp.batch_size].tolist()
+        for batch_rows in epoch_batches(perm, example_lens, hp.batch_size, hp.bucket_pool_batches,
+                                        order_rng):
+            rows = batch_rows.tolist()
             idx, lengths = collate([train.seqs[i] for i in rows], device)
             batch = (idx, lengths, _labels(spec, train, rows, device))
             lr = lr_at(step, total, warmup, hp.lr, "linear")  # t before its increment (optim)
