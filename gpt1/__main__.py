@@ -44,12 +44,14 @@ STAGES: dict[str, str] = {
     "finetune": "finetune",
     "lr_pilot": "lr_pilot",
     "ablation": "ablation",
+    "floor": "floor",
     "transfer_layers": "transfer_layers",
     "zeroshot": "zeroshot",
     "zeroshot_lstm": "zeroshot_lstm",
     "report": "report",
 }
-TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "transfer_layers"}
+TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "floor",
+                         "transfer_layers"}
 LAUNCHED_STAGES = {"pretrain", "pretrain_lstm"}
 """Stages that run as pretrain.nproc processes (DDP), launched by the stage's own command."""
 # Stages that run a model on params `device` (the data stages and the report run on the CPU).

@@ -418,6 +418,24 @@ class LrPilotCfg(Section):
     """Fine-tuning seed of the pilot runs (and of the carve)."""
 
 
+class FloorCfg(Section):
+    """Table 5's bag-of-words floor (gpt1/floor.py): TF-IDF word n-grams + logistic regression,
+    C chosen by stratified k-fold CV on each run's training sample only."""
+
+    tasks: StrTuple
+    """Tasks it runs on (stage floor@<task>): classification tasks of ablations.tasks."""
+    ngram_max: PosInt
+    """Word n-grams 1..ngram_max (2 = uni+bigrams)."""
+    min_df: PosInt
+    """An n-gram enters the vocabulary when at least this many training texts have it."""
+    c_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=1)]
+    """Inverse regularisation strengths tried (ties to the smaller C)."""
+    cv_folds: Annotated[int, Field(ge=2)]
+    """Folds of the cross-validation that chooses C."""
+    max_iter: PosInt
+    """Solver iterations of the logistic regression."""
+
+
 class AblationsCfg(Section):
     """Table 5 ablations: the same finetune stage over variants x tasks (spec §3)."""
 
@@ -427,12 +445,19 @@ class AblationsCfg(Section):
     """Rows run by DVC (ablation@<variant>-<task>); each a key of `presets`."""
     presets: dict[str, AblationPreset]
     pilot: LrPilotCfg
+    floor: FloorCfg
+    """The bag-of-words floor row (stage floor@<task>)."""
 
     @model_validator(mode="after")
     def _known_variants(self) -> AblationsCfg:
         unknown = [v for v in (*self.variants, *self.pilot.variants) if v not in self.presets]
         if unknown:
             raise ValueError(f"ablations.variants: {unknown} not in ablations.presets")
+        bad = [t for t in self.floor.tasks if t not in self.tasks or t not in TASKS
+               or TASKS[t].regression or TASKS[t].fmt == "choice"]
+        if bad:
+            raise ValueError(f"ablations.floor.tasks: {bad} are not classification tasks of "
+                             "ablations.tasks")
         stray = [v for v in self.pilot.variants if v not in self.variants]
         if stray:  # the pilot runs per row of ablations.variants (dvc.yaml lr_pilot)
             raise ValueError(f"ablations.pilot.variants: {stray} not in ablations.variants")

@@ -387,6 +387,17 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     return metrics
 
 
+def floor(params: Params, task: str) -> dict[str, Any]:
+    """Table 5's bag-of-words floor on one task (gpt1/floor.py), recorded like every arm."""
+    from gpt1 import floor as floor_arm  # scikit-learn: imported by this stage only
+
+    stem = f"finetune_{floor_arm.VARIANT}_{task}"
+    with tracking.start_run(stem, params):
+        metrics = floor_arm.run(params, task)
+        record(params, stem, metrics, ("scores",))
+    return metrics
+
+
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None
                     ) -> dict[str, Any]:
     """Figure 2 left: the finetune stage with the embeddings + first `layers` blocks

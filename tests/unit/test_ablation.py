@@ -65,8 +65,11 @@ def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(tiny_params
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    for name in ("lr_pilot", "ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
+    for name in ("lr_pilot", "ablation", "floor", "transfer_layers", "zeroshot", "zeroshot_lstm",
+                 "report"):
         assert name in STAGES and name in dvc
+    assert dvc["floor"]["foreach"] == "${ablations.floor.tasks}"  # no pre-training seed
+    assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
     assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
     assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
     assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
