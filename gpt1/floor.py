@@ -8,8 +8,8 @@ on that sample only (accuracy; ties to the smaller C, the stronger regulariser),
 whole sample and scores the task's test split, writing the same per-example prediction files
 and record as every arm (the report's bootstrap and flags read them). No pre-training seed:
 one run per fine-tuning seed. A pair task's second text enters as its own words (prefixed),
-so the model sees which text a word came from. Classification tasks only
-(`ablations.floor.tasks`).
+so the model sees which text a word came from. Classification tasks only (a
+regression or multiple-choice task of ablations.tasks records that it does not apply).
 
 The only module that imports scikit-learn (pyproject.toml: per-file ruff exception): task
 scores stay gpt1/scoring.py's.
@@ -61,11 +61,13 @@ def pipeline(cfg: FloorCfg, c: float, seed: int) -> Pipeline:
 
 def choose_c(x: Sequence[str], y: np.ndarray, cfg: FloorCfg, seed: int
              ) -> tuple[float, dict[str, float]]:
-    """(chosen C, C -> mean CV accuracy): stratified `cv_folds`-fold CV on (x, y) only."""
-    folds = min(cfg.cv_folds, int(np.bincount(y).min()))
-    if folds < 2:
-        raise Gpt1Error(f"training sample has a class with {np.bincount(y).min()} example(s): "
-                        "too few for cross-validation (ablations.floor.cv_folds)")
+    """(chosen C, C -> mean CV accuracy): stratified k-fold CV on (x, y) only, k = cv_folds or
+    the smallest class's count if lower. With a class of one example no CV is possible: the
+    smallest C of the grid (the strongest regulariser) and no CV scores."""
+    counts = np.bincount(y)
+    folds = min(cfg.cv_folds, int(counts[counts > 0].min()))
+    if folds < 2 or (counts > 0).sum() < 2:
+        return float(min(cfg.c_grid)), {}
     split = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     xs = np.asarray(x, dtype=object)
     cv: dict[str, float] = {}
@@ -77,6 +79,14 @@ def choose_c(x: Sequence[str], y: np.ndarray, cfg: FloorCfg, seed: int
         cv[f"{c:g}"] = float(np.mean(accs))
     best = max(cfg.c_grid, key=lambda c: (cv[f"{c:g}"], -c))
     return float(best), cv
+
+
+def predict(x_train: Sequence[str], y: np.ndarray, x_test: Sequence[str], cfg: FloorCfg,
+            c: float, seed: int) -> np.ndarray:
+    """The refitted model's test predictions; a one-class training sample predicts its class."""
+    if len(np.unique(y)) < 2:
+        return np.full(len(x_test), int(y[0]), dtype=np.int64)
+    return pipeline(cfg, c, seed).fit(list(x_train), y).predict(list(x_test)).astype(np.int64)
 
 
 def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame],
@@ -96,8 +106,7 @@ def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame]
             t0 = time.perf_counter()
             y = train["label"].to_numpy(dtype=np.int64)
             c, cv = choose_c(texts(train), y, cfg, seed)
-            model = pipeline(cfg, c, seed).fit(texts(train), y)
-            pred = model.predict(x_test).astype(np.int64)
+            pred = predict(texts(train), y, x_test, cfg, c, seed)
             frame = pd.DataFrame({"id": list(test["id"]), "group": list(test["group"]),
                                   "label": y_test, "prediction": pred})
             atomic.write_bytes(tmp / f"predictions_seed{seed}.parquet",
@@ -118,10 +127,15 @@ def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame]
 def run(params: Params, task: str) -> dict[str, Any]:
     """The floor on one task: every fine-tuning seed's training sample (as the neural arms
     draw it) and the task's test split (capped as theirs); returns the stage's record."""
-    if task not in params.ablations.floor.tasks:
-        raise Gpt1Error(f"task {task!r} not in ablations.floor.tasks "
-                        f"{list(params.ablations.floor.tasks)}")
+    if task not in params.ablations.tasks or task not in TASKS:
+        raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
     spec = TASKS[task]
+    if spec.regression or spec.fmt == "choice":  # a record, so the stage's outputs exist
+        out_dir = Path(params.paths.finetuned) / VARIANT / task
+        why = {"task": task, "variant": VARIANT, "not_run": "the bag-of-words floor is a "
+               f"classifier; {task} is a {'regression' if spec.regression else 'choice'} task"}
+        atomic.write_json(out_dir / "not_run.json", why)
+        return why
     hp = resolve_hparams(params, spec.name)
     tables = load.read_tables(Path(params.paths.tasks) / spec.name)
     test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)

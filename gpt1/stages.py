@@ -394,7 +394,7 @@ def floor(params: Params, task: str) -> dict[str, Any]:
     stem = f"finetune_{floor_arm.VARIANT}_{task}"
     with tracking.start_run(stem, params):
         metrics = floor_arm.run(params, task)
-        record(params, stem, metrics, ("scores",))
+        record(params, stem, metrics, ("scores",) if "scores" in metrics else ())
     return metrics
 
 

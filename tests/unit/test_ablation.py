@@ -68,7 +68,7 @@ def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
     for name in ("lr_pilot", "ablation", "floor", "transfer_layers", "zeroshot", "zeroshot_lstm",
                  "report"):
         assert name in STAGES and name in dvc
-    assert dvc["floor"]["foreach"] == "${ablations.floor.tasks}"  # no pre-training seed
+    assert dvc["floor"]["foreach"] == "${ablations.tasks}"  # no pre-training seed
     assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
     assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
     assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]

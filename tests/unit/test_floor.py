@@ -48,9 +48,6 @@ def test_c_is_chosen_by_cross_validation_on_the_training_sample(tiny_params) -> 
     assert set(cv) == {f"{g:g}" for g in tiny_params.ablations.floor.c_grid}
     assert cv[f"{c:g}"] == max(cv.values())
     assert max(cv.values()) > 0.9  # the cue words are learnt
-    with pytest.raises(Gpt1Error, match="too few for cross-validation"):
-        floor.choose_c(["good", "bad", "bad"], np.array([1, 0, 0]), tiny_params.ablations.floor,
-                       seed=0)
 
 
 def _write_arm(params, task: str, variant: str, predict, seeds: list[int], pseed: int) -> None:
@@ -107,9 +104,22 @@ def test_floor_stage_row_and_which_arms_clear_it(make_params) -> None:
     assert "are below it: Transformer w/o pre-training" in verdict[0]
 
 
-def test_floor_refuses_a_task_outside_its_list_or_a_regression_task(tiny_params) -> None:
-    with pytest.raises(Gpt1Error, match="not in ablations.floor.tasks"):
-        floor.run(tiny_params, "rte")
+def test_floor_refuses_a_task_outside_ablations_and_skips_a_regression_task(make_params) -> None:
+    params = make_params({"ablations": {"tasks": ["sst2", "stsb"]}})
+    with pytest.raises(Gpt1Error, match="not in ablations.tasks"):
+        floor.run(params, "rte")
+    rec = stages.floor(params, "stsb")  # recorded as not run: its stage's outputs exist
+    assert "regression" in rec["not_run"] and "scores" not in rec
+    assert (Path(params.paths.finetuned) / "bow" / "stsb" / "not_run.json").is_file()
+    assert "finetune_bow_stsb" in records.read_metrics(params.paths.metrics)
     with pytest.raises(Gpt1Error, match="regression"):
-        floor.fit_and_score(TASKS["stsb"], tiny_params.ablations.floor, {}, pd.DataFrame(),
+        floor.fit_and_score(TASKS["stsb"], params.ablations.floor, {}, pd.DataFrame(),
                             Path("unused"))
+
+
+def test_a_tiny_sample_still_gets_a_floor(tiny_params) -> None:
+    """A class of one example: no CV (the strongest regulariser); one class: that class."""
+    cfg = tiny_params.ablations.floor
+    c, cv = floor.choose_c(["good", "bad", "bad"], np.array([1, 0, 0]), cfg, seed=0)
+    assert (c, cv) == (min(cfg.c_grid), {})
+    assert floor.predict(["dull", "bad"], np.array([0, 0]), ["good"], cfg, c, 0).tolist() == [0]
