@@ -215,6 +215,9 @@ class LstmCfg(Section):
     """Dropout on the embeddings and on the LSTM outputs."""
     initializer_range: PosFloat
     """Std of the N(0, s) init of the embedding and projection (as the Transformer's)."""
+    lr_max: PosFloat | None
+    """Peak lr of the LSTM's pre-training (its own: an LSTM trains at another lr than the
+    Transformer); null = pretrain.lr_max. Every other pre-training setting is pretrain's."""
 
 
 class PretrainCfg(Section):

@@ -33,7 +33,7 @@ from gpt1 import (
     zeroshot_stage,
 )
 from gpt1.backends import backend_of
-from gpt1.config import Params, parse_params
+from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import (
@@ -48,7 +48,7 @@ from gpt1.model import flops_per_token
 from gpt1.report import document
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
-from gpt1.variants import ablation_params, layers_caps, override, pilot_lr
+from gpt1.variants import ablation_params, layers_caps, lm_params, override, pilot_lr
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
     stage = f"{name}_p{seed}"
     if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stages.py)
         return hf_stages.pretrain(params, stage, kind, seed, Path(run_dir), record)
-    record_params, params = params, parse_params({**params.as_dict(), "seed": seed}, "<seed>")
+    record_params, params = params, lm_params(params, kind, seed)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
