@@ -7,7 +7,8 @@ counts the tokens of one epoch after padding with random batches and with length
 training split and over a seeded sample of `--n` examples. Then it times fine-tuning epochs on
 that sample with the params model (random init: the same arithmetic as a pre-trained one) and
 the task's recipe (batch size, lambda), the two ways alternating epoch by epoch so load from
-other processes hits both alike. Prints the padded/real ratios and the wall-time ratio.
+other processes hits both alike. Prints the padded/real ratios and the wall-time and CPU-time
+ratios (on a shared machine the CPU time is the steadier of the two).
 
 The tokenizer is params.paths.tokenizer when it exists, else a BPE (params.bpe) trained here on
 the first `--corpus-books` books of the mirror's corpus, cleaned as the pipeline cleans them.
@@ -60,7 +61,8 @@ def tokenizer(params: Params, books: int, tmp: Path) -> tuple[bpe.Bpe, str]:
 
 
 def timed_epoch(spec: TaskSpec, hp: Hparams, params: Params, vocab: int, data: formats.Encoded,
-                batches: list[np.ndarray], precision: str) -> float:
+                batches: list[np.ndarray], precision: str) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one epoch over `batches`."""
     torch.manual_seed(0)
     body = GPT(params.model, vocab)
     apply_backend(body, params.model.backend, torch.device("cpu"))
@@ -68,12 +70,12 @@ def timed_epoch(spec: TaskSpec, hp: Hparams, params: Params, vocab: int, data: f
     opt = build_optimizer(model, hp.lr, hp.betas, hp.eps, hp.weight_decay)
     loss_fn = make_loss_fn(spec, hp.lm_coef)
     device = torch.device("cpu")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for rows in batches:
         idx, lengths = collate([data.seqs[i] for i in rows], device)
         labels = torch.as_tensor(data.labels[rows], dtype=torch.long)
         train_step(model, opt, [(idx, lengths, labels)], loss_fn, hp.lr, hp.grad_clip, precision)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def ratios(data: formats.Encoded, batch_size: int, pool: int, seed: int) -> tuple[float, float]:
@@ -106,7 +108,8 @@ def main() -> None:
           f"precision {precision}, threads {torch.get_num_threads()}; pool {pool} batches")
     print(f"tokenizer: {source}; vocab {tok.vocab_size}")
     print(f"{'task':<6}{'split':>16}{'batch':>6}{'real tok/ex':>12}{'random pad':>11}"
-          f"{'bucket pad':>11}{'pad cut':>8}{'random s':>10}{'bucket s':>10}{'speed-up':>9}")
+          f"{'bucket pad':>11}{'pad cut':>8}{'random s':>10}{'bucket s':>10}{'speed-up':>9}"
+          f"{'rand cpu':>10}{'buck cpu':>10}{'cpu ratio':>9}")
     for task in args.tasks:
         spec, hp = TASKS[task], resolve_hparams(params, task)
         train = load.load_task(spec, params.tasks, params.paths.mirror_dir)["train"]
@@ -126,7 +129,7 @@ def main() -> None:
                     f"{buck:>10.2f}x{rand / buck:>7.2f}x")
             if data is sample:
                 lengths = example_lengths(data.seqs)
-                times: dict[str, list[float]] = {"random": [], "bucket": []}
+                times: dict[str, list[tuple[float, float]]] = {"random": [], "bucket": []}
                 warm = epoch_batches(np.arange(len(data)), lengths, hp.batch_size, None,
                                      np.random.default_rng(0))[:2]
                 timed_epoch(spec, hp, params, tok.vocab_size, data, warm, precision)  # warm-up
@@ -137,11 +140,14 @@ def main() -> None:
                                           np.random.default_rng([r, 1]))
                         times[way].append(timed_epoch(spec, hp, params, tok.vocab_size, data,
                                                       b, precision))
-                t_r, t_b = statistics.median(times["random"]), statistics.median(times["bucket"])
-                line += f"{t_r:>10.1f}{t_b:>10.1f}{t_r / t_b:>8.2f}x"
+                t_r, t_b = (statistics.median(w for w, _ in times[k]) for k in ("random", "bucket"))
+                c_r, c_b = (statistics.median(c for _, c in times[k]) for k in ("random", "bucket"))
+                line += (f"{t_r:>10.1f}{t_b:>10.1f}{t_r / t_b:>8.2f}x{c_r:>10.1f}{c_b:>10.1f}"
+                         f"{c_r / c_b:>8.2f}x")
             print(line, flush=True)
     print("pad = tokens after padding / real tokens in one epoch; speed-up = median epoch wall "
-          f"time, random / bucketed ({args.rounds} epochs each, alternating)")
+          f"time, random / bucketed ({args.rounds} epochs each, alternating); cpu = the same "
+          "epochs in this process's CPU seconds (less sensitive to other processes' load)")
 
 
 if __name__ == "__main__":
