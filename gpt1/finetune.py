@@ -135,6 +135,24 @@ def selection_key(spec: TaskSpec, dev: dict[str, float], pred: np.ndarray, epoch
     return (not degenerate, float(dev[metric]), epoch)
 
 
+def pilot_key(spec: TaskSpec, scores: dict[str, float], pred: np.ndarray,
+              log_loss: float | None, lr: float) -> tuple[bool, float, float, float]:
+    """Sort key of one pilot configuration (max wins): not degenerate, then the score
+    (accuracy for an F1 task), then the lower log-loss, then the larger lr (a tie never goes
+    to the configuration that moved the weights least)."""
+    not_degenerate, score, _ = selection_key(spec, scores, pred, 0)
+    return (not_degenerate, score, -math.inf if log_loss is None else -log_loss, lr)
+
+
+def log_loss(spec: TaskSpec, out: np.ndarray, labels: np.ndarray) -> float | None:
+    """Mean negative log-likelihood of the true labels under the head's softmax (a choice
+    task: over its answers); None for a regression task."""
+    if spec.regression or not len(labels):
+        return None
+    logp = torch.log_softmax(torch.from_numpy(np.asarray(out, dtype=np.float32)), dim=-1)
+    return float(-logp[torch.arange(len(labels)), torch.as_tensor(labels)].mean())
+
+
 def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,
                  fresh: Callable[[], nn.Module], *, n_special: int) -> BodyFactory:
     """seed -> body: `scratch` = fresh(); `pretrained` = a seeded fresh copy of the pre-trained
@@ -330,6 +348,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     eval_s = time.perf_counter() - t1
     pred = head_predictions(spec, test_out)
     scores = score_split(spec, test.labels, pred, test.groups)
+    test_log_loss = log_loss(spec, test_out, test.labels)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
     _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
     atomic.write_bytes(out_dir / f"train_ids_seed{seed}.parquet",
@@ -339,6 +358,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                            best[2])
     return {"seed": seed, "scores": scores, "kept_epoch": best[0][2] if best else hp.epochs,
             "dev_history": history, "steps": step, "warmup_steps": warmup,
+            "log_loss": test_log_loss,
             "n_train": len(train), "backend": backend_of(model),
             "train_examples_per_s": seen / train_s, "eval_examples_per_s": len(test) / eval_s}
 

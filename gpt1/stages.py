@@ -39,8 +39,8 @@ from gpt1.errors import Gpt1Error
 from gpt1.finetune import (
     body_factory,
     finetune_task,
+    pilot_key,
     resolve_hparams,
-    selection_key,
     train_subset_seed,
 )
 from gpt1.lstm import lstm_flops_per_token
@@ -339,8 +339,9 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
 def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     """The lr pilot of a Table 5 baseline: every lr of ablations.pilot.lr_grid fine-tunes on
     the training pool minus a carved dev split (seeded, ablations.pilot.dev_examples) and is
-    scored on that split; the best (degenerate predictors last, ties to the earlier lr) is the
-    ablation's lr. Runs on the first pre-training seed. No scored split is touched."""
+    scored on that split; the best (degenerate predictors last, then the score, the lower
+    log-loss, ties to the larger lr) is the ablation's lr. Runs on the first pre-training seed.
+    No scored split is touched."""
     cfg = params.ablations.pilot
     abl = params.ablations
     if variant not in abl.variants or task not in abl.tasks:
@@ -362,7 +363,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     # the pilot's runs score (as their `test`) the carved dev split; they select nothing
     load.write_tables({"train": train, "dev": dev, "test": dev}, base / "tables" / task)
     keys, scores = {}, {}
-    for i, lr in enumerate(cfg.lr_grid):
+    for lr in cfg.lr_grid:
         run = ablation_params(params, variant, lr)
         run = override(run, finetune={"seeds": [cfg.seed], "select": "final"},
                         paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
@@ -372,7 +373,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
         pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
         flat = {k: v["mean"] for k, v in m["scores"].items()}
         scores[f"{lr:g}"] = flat[spec.metric]
-        keys[lr] = selection_key(spec, flat, pred, -i)
+        keys[lr] = pilot_key(spec, flat, pred, m["log_loss"][0], lr)
     chosen = max(keys, key=keys.__getitem__)
     metrics = {"variant": variant, "task": task, "metric": spec.metric,
                "grid": list(cfg.lr_grid), "dev_scores": scores, "chosen_lr": chosen,
@@ -380,8 +381,8 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                              f"{len(pool)}-example training pool ({spec.sources['train']}); "
                              "trained on the rest, capped as the task's fine-tuning"),
                "chosen_by": ("dev " + ("accuracy" if spec.metric == "f1" else spec.metric)
-                             + "; predictions >= 95 % one class rank last; ties to the earlier "
-                             "lr of the grid"),
+                             + "; predictions >= 95 % one class rank last; then the lower "
+                             "log-loss; ties to the larger lr"),
                "pretrain_seed": seed, "seed": cfg.seed}
     _record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"))
     return metrics
