@@ -629,3 +629,12 @@ def test_finding_c_flags_a_k_arm_that_answers_one_class(make_params, tmp_path: P
     assert f.flagged.startswith("k = 0 on SST2: 6 of 6 runs >= 95 % one class")
     assert "CI not above majority 50.0" in f.flagged and "k = 1" not in f.flagged
     assert "Flagged arms (k = 0 on SST2" in f.line and not f.reproduces
+
+
+def test_the_design_mde_of_a_task_mean_uses_the_harmonic_n(tiny_params) -> None:
+    """SST-2 (872) and QNLI (5,732): the per-example term of their mean is that of n = 1,514,
+    not the arithmetic 3,302, so the MDE is larger than an arithmetic n says."""
+    n = findings.harmonic_n([872, 5732])
+    assert n == pytest.approx(2 / (1 / 872 + 1 / 5732))
+    assert findings.row_mde(tiny_params, 2, 3, n, 2) > findings.row_mde(tiny_params, 2, 3, 3302, 2)
+    assert findings.harmonic_n([0, 500]) == 500
