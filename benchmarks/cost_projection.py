@@ -1,20 +1,27 @@
-"""What the study costs on N GPUs: pre-training and the fine-tuning fan-out, in hours at an
-assumed MFU, before any run starts.
+"""What the study costs on N GPUs: every pre-training and fine-tuning run, in hours at the
+measured (else an assumed) MFU, before any run starts.
 
 The pre-training budget comes from the params file (configs/paper.yaml: 100 epochs of 64 x
 512-token windows) over a corpus of --corpus-tokens training tokens (default: the train tokens
-the last `shard_corpus` stage recorded in reports/metrics/shard_corpus.json); the rate per GPU is
-the device's dense bf16 peak (devices.PEAK_BF16) times --mfu, and --gpus GPUs train it with DDP
-at that rate each (linear scaling: an assumption until the GPU check measures it).
-gpt1.pretraining.cost_projection does the arithmetic, the same function the pre-training stage
-logs its projection with.
+the last `shard_corpus` stage recorded in reports/metrics/shard_corpus.json), once per
+pre-training seed for the Transformer (`pretrain`) and for the LSTM baseline (`pretrain_lstm`,
+the same loop and data); none under pretrain.import_hf. Each trains on all --gpus GPUs with
+DDP (linear scaling: an assumption until the GPU check measures it).
 
-The fine-tuning fan-out is every fine-tuning run the params ask for (finetune tasks x seeds,
-Table 5 ablations x seeds, Figure 2 left's transfer runs x seeds), each run on one GPU
-(orchestrate.devices), its training tokens = train rows (reports/metrics/prepare_task_<task>.json,
-capped as params say) x epochs x sequences per example x model.n_positions: an upper bound,
-every sequence counted at the full context; evaluation passes are not counted. The fan-out takes
+The fine-tuning fan-out is every fine-tuning run the params ask for: finetune tasks, Table 5
+ablations and Figure 2 left's transfer runs, each x fine-tuning seeds x pre-training seeds, plus
+the lr pilots (every lr of ablations.pilot.lr_grid for each piloted variant x task, one seed, on
+the training pool less the carved dev split), each run on one GPU (orchestrate.devices: auto);
+its training tokens = train rows (reports/metrics/prepare_task_<task>.json, capped as the
+task's fine-tuning) x epochs x sequences per example x model.n_positions: an upper bound, every
+sequence counted at the full context; evaluation passes are not counted. The fan-out takes
 max(all runs / GPUs, the longest run).
+
+The rate is the device's dense bf16 peak (devices.PEAK_BF16) times the MFU: --mfu when given,
+else the one measured in the newest GPU-check results file of that device
+(benchmarks/results/gpu_<device>_<date>.md), else 40 %, said to be unmeasured. FLOPs per token
+are gpt1.model.flops_per_token (the Transformer) and gpt1.lstm.lstm_flops_per_token (the LSTM);
+gpt1.pretraining.cost_projection does the arithmetic, as the pre-training stage logs it.
 
     .venv/bin/python benchmarks/cost_projection.py [--params configs/paper.yaml] [--results]
         [--gpu H100] [--gpus 8] [--mfu 0.4] [--corpus-tokens N]
@@ -24,47 +31,75 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 from pathlib import Path
 
 import torch
 from devices import PEAK_BF16
-from results_file import add_option, recording
+from results_file import RESULTS_DIR, add_option, recording
 
 from gpt1.config import Params, load_params
+from gpt1.finetune import resolve_hparams
+from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import GPT, count_parameters, flops_per_token
 from gpt1.pretraining import cost_projection, total_steps_for
+from gpt1.variants import ablation_params, layers_caps
 
 VOCAB = 40_478  # the original release's vocabulary (40,000 merges + characters)
+ASSUMED_MFU = 0.4
+MFU = re.compile(r"\bMFU (\d+(?:\.\d+)?) ?%")
+# the GPU check's line for the real pre-training loop, preferred over its bare-step lines
+LOOP_LINE = "pre-training loop"
+RESULTS_NAME = re.compile(r"^gpu_.+_(\d{4}-\d{2}-\d{2})(?:-(\d+))?\.md$")
 
 
-def finetune_runs(params: Params, train_rows: dict[str, int]) -> dict[str, int]:
-    """Fine-tuning run -> its training tokens (upper bound: full-context sequences), for every
-    run of the fine-tune, ablation and transfer_layers stages the params ask for."""
+def finetune_runs(params: Params, train_rows: dict[str, int]) -> dict[str, tuple[int, str]]:
+    """Fine-tuning run -> (its training tokens, its body: gpt or lstm), for every run of the
+    finetune, ablation, transfer_layers and lr_pilot stages the params ask for. Tokens are an
+    upper bound: full-context sequences."""
     from gpt1.tasks.registry import TASKS
 
-    ft, seq = params.finetune, params.model.n_positions
+    seq, pilot = params.model.n_positions, params.ablations.pilot
 
-    def tokens(task: str, cap: int | None) -> int:
-        spec = TASKS[task]
+    def tokens(run: Params, task: str, rows: int) -> int:
+        spec, hp = TASKS[task], resolve_hparams(run, task)
         per_example = spec.n_choices if spec.fmt == "choice" else (
             2 if spec.fmt == "similarity" else 1)
-        rows = min(train_rows[task], cap) if cap else train_rows[task]
-        return rows * ft.epochs * per_example * seq
+        capped = min(rows, hp.max_train_examples) if hp.max_train_examples else rows
+        return capped * hp.epochs * per_example * seq
 
-    cells = {f"finetune@{t}": tokens(t, ft.max_train_examples) for t in ft.tasks}
-    cells |= {f"ablation@{v}-{t}": tokens(t, ft.max_train_examples)
-              for v in params.ablations.variants for t in params.ablations.tasks}
-    layers = params.layers
-    cells |= {f"transfer_layers@{t}-{k}": tokens(t, layers.max_train_examples
-                                                 or ft.max_train_examples)
-              for t in layers.tasks for k in layers.layers_transferred}
-    return {f"{name}/seed{s}": n for name, n in cells.items() for s in ft.seeds}
+    def seeds(run: Params, task: str) -> tuple[int, ...]:
+        return resolve_hparams(run, task).seeds
+
+    def body(variant: str) -> str:
+        return "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
+
+    cells: dict[str, tuple[Params, str, str]] = {  # stage (no seed) -> run params, task, body
+        f"finetune@{t}": (params, t, "gpt") for t in params.finetune.tasks}
+    for v in params.ablations.variants:
+        run = ablation_params(params, v)
+        cells |= {f"ablation@{v}-{t}": (run, t, body(v)) for t in params.ablations.tasks}
+    for t in params.layers.tasks:
+        run = layers_caps(params, t)
+        cells |= {f"transfer_layers@{t}-{k}": (run, t, "gpt")
+                  for k in params.layers.layers_transferred}
+    runs = {f"{name}-{p}/seed{s}": (tokens(run, t, train_rows[t]), kind)
+            for name, (run, t, kind) in cells.items() for p in params.pretrain.seeds
+            for s in seeds(run, t)}
+    for v in (v for v in params.ablations.variants if v in pilot.variants):
+        for t in params.ablations.tasks:  # first pre-training seed, pilot.seed, carved dev out
+            for lr in pilot.lr_grid:
+                rows = max(0, train_rows[t] - pilot.dev_examples)
+                runs[f"lr_pilot@{v}-{t}/lr{lr:g}"] = (
+                    tokens(ablation_params(params, v, lr), t, rows), body(v))
+    return runs
 
 
-def fanout_hours(run_tokens: dict[str, int], gpus: int, tokens_per_s: float) -> float:
+def fanout_hours(run_flops: dict[str, float], gpus: int, flops_per_s: float) -> float:
     """Hours of runs fanned out one per GPU: the total over the GPUs, or the longest run."""
-    total, longest = sum(run_tokens.values()), max(run_tokens.values())
-    return max(total / gpus, longest) / tokens_per_s / 3600.0
+    total, longest = sum(run_flops.values()), max(run_flops.values())
+    return max(total / gpus, longest) / flops_per_s / 3600.0
 
 
 def task_rows(metrics_dir: Path, tasks: set[str]) -> dict[str, int] | None:
@@ -78,37 +113,84 @@ def task_rows(metrics_dir: Path, tasks: set[str]) -> dict[str, int] | None:
     return rows
 
 
+def device_kind(name: str) -> str | None:
+    """The PEAK_BF16 entry a device name matches (`H100` for `NVIDIA H100 80GB HBM3`)."""
+    return next((key for key, _ in PEAK_BF16 if key in name), None)
+
+
+def measured_mfu(results_dir: Path, gpu: str) -> tuple[float, Path, str] | None:
+    """(MFU, file, line) from the newest GPU-check results file measured on a `gpu` device:
+    its pre-training-loop line when it has one, else its best MFU line; None without one."""
+    found = []
+    for path in results_dir.glob("gpu_*.md"):
+        named = RESULTS_NAME.match(path.name)
+        text = path.read_text(encoding="utf-8")
+        device = re.search(r"^- hardware: ([^;\n]+)", text, re.M)
+        if named and device and device_kind(device.group(1)) == gpu:
+            found.append(((named.group(1), int(named.group(2) or 1)), path, text))
+    if not found:
+        return None
+    _, path, text = max(found, key=lambda f: f[0])
+    lines = [(float(m.group(1)) / 100, line.strip()) for line in text.splitlines()
+             if (m := MFU.search(line))]
+    loop = [entry for entry in lines if LOOP_LINE in entry[1]]
+    if not (loop or lines):
+        return None
+    mfu, line = max(loop or lines)
+    return mfu, path, line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="configs/paper.yaml")
     parser.add_argument("--gpu", default="H100", choices=[name for name, _ in PEAK_BF16])
     parser.add_argument("--gpus", type=int, default=1, help="GPUs (one node or several)")
-    parser.add_argument("--mfu", type=float, default=0.4, help="assumed model FLOPs utilisation")
+    parser.add_argument("--mfu", type=float,
+                        help="model FLOPs utilisation (default: the GPU check's, else 0.4)")
     parser.add_argument("--corpus-tokens", type=int, help="training tokens in one epoch")
     parser.add_argument("--metrics-dir", default="reports/metrics",
                         help="stage records: shard_corpus.json, prepare_task_<task>.json")
+    parser.add_argument("--results-dir", default=str(RESULTS_DIR),
+                        help="where the GPU check's results files are")
     add_option(parser)
     args = parser.parse_args()
     params = load_params(args.params)
     cfg = params.pretrain
     metrics_dir = Path(args.metrics_dir)
+    measured = measured_mfu(Path(args.results_dir), args.gpu)
+    if args.mfu:
+        mfu, source = args.mfu, "given (--mfu)"
+    elif measured:
+        mfu, path, line = measured
+        source = f"measured: {path.name}: {line}"
+    else:
+        where = os.path.relpath(args.results_dir)
+        mfu, source = ASSUMED_MFU, (f"assumed: unmeasured, no GPU-check results file of an "
+                                    f"{args.gpu} in {where}")
     corpus = args.corpus_tokens or json.loads(
         (metrics_dir / "shard_corpus.json").read_text())["tokens"]["train"]
     steps = total_steps_for(cfg, corpus // cfg.seq_len)
     with torch.device("meta"):  # shapes only: no 117 M-parameter allocation
         n_params = count_parameters(GPT(params.model, VOCAB))
     peak = dict(PEAK_BF16)[args.gpu]
-    fpt = flops_per_token(params.model, VOCAB, cfg.seq_len)
-    rate = peak * args.mfu / fpt  # tokens/s
-    plan = cost_projection(n_params, fpt, steps * cfg.batch_seqs * cfg.seq_len, rate)
+    fpt = {"gpt": flops_per_token(params.model, VOCAB, cfg.seq_len),
+           "lstm": lstm_flops_per_token(params.lstm, VOCAB)}
+    rate = peak * mfu / fpt["gpt"]  # tokens/s
+    plan = cost_projection(n_params, fpt["gpt"], steps * cfg.batch_seqs * cfg.seq_len, rate)
     print(f"{args.params}: {plan['params'] / 1e6:.1f} M parameters, "
           f"{plan['flops_per_token'] / 1e9:.3f} GFLOP/token, {steps:,} updates = "
           f"{plan['tokens'] / 1e9:.2f} G tokens ({corpus:,} per epoch), "
           f"{plan['flops']:.3g} FLOP")
-    print(f"one {args.gpu} at {peak / 1e12:.0f} TFLOP/s dense bf16 x MFU {args.mfu:.0%} = "
+    print(f"MFU {mfu:.1%}, {source}")
+    print(f"one {args.gpu} at {peak / 1e12:.0f} TFLOP/s dense bf16 x MFU {mfu:.0%} = "
           f"{rate:,.0f} tokens/s: {plan['hours']:.1f} h ({plan['hours'] / 24:.2f} days)")
-    print(f"pre-training on {args.gpus} x {args.gpu} (DDP, linear scaling assumed): "
-          f"{plan['hours'] / args.gpus:.1f} h")
+    seeds = 0 if cfg.import_hf is not None else len(cfg.seeds)
+    lstm_hours = plan["hours"] * fpt["lstm"] / fpt["gpt"]
+    pretrain_hours = seeds * (plan["hours"] + lstm_hours) / args.gpus
+    print(f"pre-training on {args.gpus} x {args.gpu} (DDP, linear scaling assumed): {seeds} "
+          f"seed(s) x (Transformer {plan['hours'] / args.gpus:.1f} h + LSTM "
+          f"{lstm_hours / args.gpus:.1f} h at {fpt['lstm'] / 1e9:.3f} GFLOP/token) = "
+          f"{pretrain_hours:.1f} h")
     p = params
     tasks = {*p.finetune.tasks, *p.ablations.tasks, *p.layers.tasks}
     rows = task_rows(metrics_dir, tasks)
@@ -117,12 +199,17 @@ def main() -> None:
               "`dvc repro prepare_task` first")
         return
     runs = finetune_runs(p, rows)
-    hours = fanout_hours(runs, args.gpus, rate)
-    print(f"fine-tuning fan-out: {len(runs)} runs, {sum(runs.values()) / 1e9:.2f} G tokens at "
-          f"most (full-context sequences), one run per GPU on {args.gpus} x {args.gpu}: "
-          f"{hours:.1f} h")
-    print(f"in all: {plan['hours'] / args.gpus + hours:.1f} h on {args.gpus} x {args.gpu} "
-          f"= {args.gpus * (plan['hours'] / args.gpus + hours):.0f} GPU-hours")
+    flops = {name: n * fpt[kind] for name, (n, kind) in runs.items()}
+    hours = fanout_hours(flops, args.gpus, peak * mfu)
+    stages: dict[str, int] = {}
+    for name in runs:
+        stages[name.split("@")[0]] = stages.get(name.split("@")[0], 0) + 1
+    print(f"fine-tuning fan-out: {len(runs)} runs "
+          f"({', '.join(f'{n} {s}' for s, n in stages.items())}), "
+          f"{sum(n for n, _ in runs.values()) / 1e9:.2f} G tokens at most (full-context "
+          f"sequences), one run per GPU on {args.gpus} x {args.gpu}: {hours:.1f} h")
+    print(f"in all: {pretrain_hours + hours:.1f} h on {args.gpus} x {args.gpu} "
+          f"= {args.gpus * (pretrain_hours + hours):.0f} GPU-hours")
 
 
 if __name__ == "__main__":

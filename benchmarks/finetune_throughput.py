@@ -23,12 +23,13 @@ from results_file import add_option, recording
 
 from gpt1.backends import apply_backend
 from gpt1.config import load_params
-from gpt1.finetune import infer, make_loss_fn, resolve_hparams
+from gpt1.finetune import infer, resolve_hparams
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
 from gpt1.runtime import resolve_precision
 from gpt1.step import train_step
+from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
 

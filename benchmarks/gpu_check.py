@@ -1,20 +1,29 @@
-"""The GPU check: what a GPU host does with this code, in about 5 minutes on one GPU.
+"""The GPU check: what a GPU host does with this code, within 8 minutes on one GPU.
 
     python benchmarks/gpu_check.py        (or: python -m benchmarks.gpu_check)
 
-Measures, on cuda:0, and writes them to benchmarks/results/gpu_<device>_<date>.md:
+Measures on cuda:0, in this order, and writes benchmarks/results/gpu_<device>_<date>.md:
   1. CPU vs CUDA: the losses of the same 6 updates on the same batches (small model, fp32);
   2. compiled vs eager: the same on CUDA, and the graph breaks torch.compile took;
   3. host syncs per update of train_step + the non-finite watch (torch's sync debug mode);
   4. a 2-rank DDP update (nccl with 2 GPUs, else gloo over cuda:0) vs 1 rank accumulating 2;
-  5. the paper shape (12 x 768, 512 tokens, bf16): tokens/s and MFU, compiled and eager,
-     vocabulary padded to 64 (model.vocab_pad_multiple) and not, and transformers'
-     OpenAIGPTLMHeadModel when installed; MFU against the device's data-sheet peak
-     (benchmarks/devices.py) and against a measured bf16 GEMM ceiling; peak memory;
-  6. the `-m gpu` tests (pytest), where the project's test dependencies are installed.
-Without CUDA it stops at once: exit 2, one line. It imports torch and the model, optimizer and
-update-step modules only (no params schema: no pydantic or PyYAML needed on the GPU host).
-Exit 1 when an agreement check fails (the results file is written either way).
+  5. a measured bf16 GEMM ceiling and the device's data-sheet peak;
+  6. the paper preset's micro-batching (micro_batch_seqs: auto, batch 64): the probe's choice
+     on 1 GPU and per GPU of 8 (8 sequences a rank), each timed compiled (tokens/s, MFU, peak);
+  7. 20 updates of the real pre-training loop on synthetic shards (tokens/s, the seconds
+     checkpoints held the loop and took to write, host syncs);
+  8. a RACE-shaped (32 x 4 x 512) and an MNLI-shaped (32 x 1 x 128) fine-tuning update with the
+     auxiliary LM loss (seconds, peak memory);
+  9. vocabulary padded to 64 vs not, compiled vs eager (1 GPU's split);
+ 10. transformers' OpenAIGPTLMHeadModel at the same shape, when installed;
+ 11. the `-m gpu` tests (pytest), where the project's test dependencies are installed.
+Each part runs on its own: one that fails is named in the file with its error and the check
+goes on; Dynamo is reset before each compiled configuration. Parts 9-11 are skipped (and said
+so) past BUDGET_S, and a watchdog writes the file and stops the check at HARD_CAP_S, naming the
+part it was in. It imports torch and the model, loss, optimizer, update-step and micro-batch
+modules only: no params schema (pydantic, PyYAML) is needed on the GPU host, where part 7,
+which runs the real loop and its params, is then reported as not run. Without CUDA it stops at
+once: exit 2, one line. Exit 1 when a part failed or an agreement check did not hold.
 """
 
 from __future__ import annotations
@@ -24,8 +33,10 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -37,10 +48,23 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from devices import bf16_peak  # noqa: E402
+from gpu_workloads import (  # noqa: E402
+    FINETUNE_SHAPES,
+    PAPER_FINETUNE,
+    PAPER_PRETRAIN,
+    CausalLoss,
+    finetune_step,
+    gpt,
+    pretrain_loop,
+    probe_micro,
+    seeded,
+    transformers_rate,
+    update_rate,
+)
 from results_file import write  # noqa: E402
 from torch import nn  # noqa: E402
 
-from gpt1.model import GPT, flops_per_token  # noqa: E402
+from gpt1.model import flops_per_token  # noqa: E402
 from gpt1.optim import build_optimizer  # noqa: E402
 from gpt1.runtime import c_compiler, to_device  # noqa: E402
 from gpt1.step import NonFiniteWatch, train_step  # noqa: E402
@@ -56,33 +80,19 @@ SMALL = {**PAPER, "n_positions": SMALL_LEN, "n_embd": 256, "n_layer": 2, "n_head
          "n_inner": 1024, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 SMALL_VOCAB, SMALL_BATCH, STEPS = 1000, 8, 6
 AGREE = 1e-4
-BUDGET_S = 420
-"""The optional parts (transformers' model, the -m gpu tests) are skipped, and said so, once the
-check has run this long, so it stays within 8 minutes."""
 """Largest relative loss difference accepted between CPU and CUDA, compiled and eager (fp32,
 no dropout) and DDP and one process."""
+BUDGET_S = 360
+"""Past this many seconds the optional parts (9-11) are skipped, and said so."""
+HARD_CAP_S = 470
+"""The watchdog writes the results file and ends the check here (within 8 minutes)."""
+RANKS_OF_A_NODE = 8
+"""The per-GPU split measured besides one GPU: the paper batch over an 8-GPU node."""
 
 
 def model_cfg(**fields: Any) -> SimpleNamespace:
     """A model config with ModelCfg's fields (gpt1/config.py) without importing the schema."""
     return SimpleNamespace(**fields)
-
-
-class CausalLoss(nn.Module):
-    """(B, T + 1) windows -> mean next-token loss (as gpt1.pretraining.CausalLM)."""
-
-    def __init__(self, lm: GPT) -> None:
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, windows: torch.Tensor) -> torch.Tensor:
-        return self.lm.lm_losses(self.lm(windows[:, :-1]), windows[:, 1:]).mean()
-
-
-def seeded(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
-    torch.manual_seed(batch[0])
-    out: torch.Tensor = model(batch[1])
-    return out
 
 
 def batches(n: int, rows: int, seq: int, vocab: int) -> torch.Tensor:
@@ -91,8 +101,7 @@ def batches(n: int, rows: int, seq: int, vocab: int) -> torch.Tensor:
 
 
 def build(cfg: dict[str, Any], vocab: int, device: torch.device) -> CausalLoss:
-    torch.manual_seed(0)
-    return CausalLoss(GPT(model_cfg(**cfg), vocab)).to(device)  # type: ignore[arg-type]
+    return CausalLoss(gpt(cfg, vocab, device))
 
 
 def losses(device: torch.device, compiled: bool = False, steps: int = STEPS,
@@ -100,6 +109,7 @@ def losses(device: torch.device, compiled: bool = False, steps: int = STEPS,
     """The losses of `steps` updates of the small model on the fixed batches."""
     module = build(SMALL, SMALL_VOCAB, device)
     if compiled:
+        torch._dynamo.reset()
         module.compile()
     opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
     data = batches(steps, SMALL_BATCH, SMALL_LEN, SMALL_VOCAB)
@@ -211,76 +221,6 @@ def gemm_ceiling(device: torch.device, n: int = 8192, reps: int = 20) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
-def paper_step_rate(device: torch.device, pad: int, compiled: bool, rows: int,
-                    steps: int = 10) -> tuple[float, float]:
-    """(tokens/s, peak GiB) of bf16 training updates at the paper shape, one micro-batch of
-    `rows` x 512 tokens per update, through train_step as pre-training runs it."""
-    torch.cuda.reset_peak_memory_stats(device)
-    module = build({**PAPER, "vocab_pad_multiple": pad}, PAPER_VOCAB, device)
-    if compiled:
-        module.compile()
-    opt = build_optimizer(module, 2.5e-4, (0.9, 0.999), 1e-8, 0.01)
-    data = batches(2, rows, SEQ, PAPER_VOCAB)
-    for i in range(3):  # warm-up: compilation, allocator, cuBLAS heuristics
-        train_step(module, opt, [(i, to_device(data[i % 2], device))], seeded, 2.5e-4, 1.0,
-                   "bf16")
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for i in range(steps):
-        train_step(module, opt, [(i, to_device(data[i % 2], device))], seeded, 2.5e-4, 1.0,
-                   "bf16")
-    torch.cuda.synchronize()
-    rate = steps * rows * SEQ / (time.perf_counter() - t)
-    peak = torch.cuda.max_memory_allocated(device) / 2**30
-    del module, opt
-    torch.cuda.empty_cache()
-    return rate, peak
-
-
-def transformers_rate(device: torch.device, compiled: bool, rows: int,
-                      steps: int = 10) -> float | None:
-    """tokens/s of transformers' OpenAIGPTLMHeadModel (bf16 autocast, fused AdamW), or None
-    where transformers is not installed."""
-    try:
-        from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
-    except ImportError:
-        return None
-    cfg = OpenAIGPTConfig(vocab_size=PAPER_VOCAB, n_positions=SEQ, n_embd=768, n_layer=12,
-                          n_head=12)
-    model: Any = OpenAIGPTLMHeadModel(cfg)
-    model = model.to(device).train()
-    step_model = torch.compile(model) if compiled else model
-    opt = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=True)
-    data = batches(1, rows, SEQ - 1, PAPER_VOCAB)[0].to(device)
-
-    def update() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_model(input_ids=data, labels=data).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    for _ in range(3):
-        update()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(steps):
-        update()
-    torch.cuda.synchronize()
-    return steps * rows * SEQ / (time.perf_counter() - t)
-
-
-def largest_rows(device: torch.device) -> int:
-    """The largest micro-batch of 64, 32, 16 sequences that trains at the paper shape here."""
-    for rows in (64, 32, 16):
-        try:
-            paper_step_rate(device, 64, False, rows, steps=1)
-            return rows
-        except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-    return 8
-
-
 def gpu_tests(timeout: float) -> str:
     """The `-m gpu` tests' outcome line (pytest's summary, or why they did not run)."""
     try:
@@ -300,84 +240,199 @@ def no_cuda_line() -> str:
             "host (bash setup.sh installs the CUDA build)")
 
 
+class Check:
+    """The lines of the results file, the parts that failed, the time cap: each part runs on
+    its own (`part`), a failure is one line naming the part and its error, and the watchdog
+    writes the file at HARD_CAP_S even while a part hangs, naming that part."""
+
+    def __init__(self, command: str, hard_cap_s: float = HARD_CAP_S,
+                 budget_s: float = BUDGET_S) -> None:
+        self.lines: list[str] = []
+        self.failed: list[str] = []
+        self.command, self.budget_s = command, budget_s
+        self.started, self.current = time.monotonic(), "start"
+        self.path: Path | None = None
+        self.lock = threading.Lock()
+        self.watchdog = threading.Timer(hard_cap_s, self.time_up)
+        self.watchdog.daemon = True
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def report(self, line: str, ok: bool = True) -> None:
+        self.lines.append(line + ("" if ok else "  <-- FAILED"))
+        print(self.lines[-1], flush=True)
+        if not ok:
+            self.failed.append(line)
+
+    def part(self, name: str, run: Callable[[], Any], optional: bool = False) -> Any:
+        """run() as part `name`; None, and a line naming it, when it raised or was skipped."""
+        if optional and self.elapsed() > self.budget_s:
+            self.report(f"{name}: skipped, past {self.budget_s:.0f} s")
+            return None
+        self.current = name
+        try:
+            return run()
+        except Exception as err:  # noqa: BLE001 (one failing part must not lose the others)
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            self.report(f"{name}: {type(err).__name__}: {first}", False)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            return None
+
+    def finish(self) -> Path:
+        """Write the results file once (the watchdog or the end, whichever comes first)."""
+        with self.lock:
+            if self.path is None:
+                self.watchdog.cancel()
+                self.report(f"check took {self.elapsed():.0f} s")
+                self.path = write("gpu", "\n".join(self.lines), self.command)
+            return self.path
+
+    def time_up(self) -> None:
+        self.report(f"hard time cap: stopped at {self.elapsed():.0f} s during part "
+                    f"'{self.current}'", False)
+        print(f"results: {os.path.relpath(self.finish())}", flush=True)
+        os._exit(1)
+
+
+def agreement_parts(check: Check, cuda: torch.device, can_compile: bool) -> None:
+    """Parts 1-4: CPU vs CUDA, compiled vs eager, host syncs, DDP."""
+    def cpu_vs_cuda() -> None:
+        gap = relative_gap(losses(torch.device("cpu")), losses(cuda))
+        check.report(f"CPU vs CUDA, {STEPS} fp32 updates, same batches: max relative loss gap "
+                     f"{gap:.2e} (<= {AGREE:g})", gap <= AGREE)
+
+    def compiled_vs_eager() -> None:
+        if not can_compile:
+            check.report("compiled vs eager: not run, no C compiler (torch.compile needs one)",
+                         False)
+            return
+        eager, comp = losses(cuda), losses(cuda, compiled=True)
+        gap = relative_gap(eager, comp)
+        check.report(f"compiled vs eager on CUDA: max relative loss gap {gap:.2e} "
+                     f"(<= {AGREE:g}); graph breaks: {graph_breaks()}", gap <= AGREE)
+
+    def ddp() -> None:
+        backend, gap = ddp_vs_one_process(cuda)
+        check.report(f"2-rank DDP ({backend}) vs 1 process accumulating 2: max relative loss "
+                     f"gap {gap:.2e} (<= {AGREE:g})", gap <= AGREE)
+
+    check.part("CPU vs CUDA agreement", cpu_vs_cuda)
+    check.part("compiled vs eager", compiled_vs_eager)
+    check.part("host syncs per update", lambda: check.report(
+        "host syncs per update (train_step + non-finite watch + batch copy, bf16): "
+        f"{host_syncs_per_step(cuda):g}"))
+    check.part("2-rank DDP", ddp)
+
+
+def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: str) -> None:
+    """Parts 5-10: the GEMM ceiling, the preset's split, the real loop, fine-tuning, padding,
+    compile and transformers at the paper shape."""
+    fpt = flops_per_token(model_cfg(**PAPER), PAPER_VOCAB, SEQ)  # type: ignore[arg-type]
+    peak = bf16_peak(name)
+    ceiling = check.part("bf16 GEMM ceiling", lambda: gemm_ceiling(cuda)) or 0.0
+    check.report(f"bf16 GEMM 8192^3: {ceiling / 1e12:.0f} TFLOP/s measured; data-sheet peak "
+                 f"{f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown for this device'}")
+
+    def mfu(rate: float) -> str:
+        of_peak = f"{rate * fpt / peak:.1%} of peak, " if peak else ""
+        of_ceiling = f"{rate * fpt / ceiling:.1%} of the GEMM ceiling" if ceiling else ""
+        return f"MFU {of_peak}{of_ceiling}"
+
+    batch = int(PAPER_PRETRAIN["batch_seqs"])
+    rates: dict[tuple[int, bool], float] = {}
+    split: dict[int, int] = {}
+    for ranks in (1, RANKS_OF_A_NODE):
+        def preset(ranks: int = ranks) -> None:
+            per_rank = batch // ranks
+            micro = probe_micro(PAPER, PAPER_VOCAB, SEQ, per_rank, "bf16", cuda)
+            split[ranks] = micro
+            rate, mem = update_rate(PAPER, PAPER_VOCAB, SEQ, micro, per_rank // micro, "bf16",
+                                    cuda, can_compile)
+            if ranks == 1:
+                rates[64, can_compile] = rate
+            check.report(f"paper preset, micro_batch_seqs auto on {ranks} GPU(s): {per_rank} "
+                         f"sequences a GPU -> micro-batch {micro} x {per_rank // micro} "
+                         f"accumulation; {'compiled' if can_compile else 'eager'}, bf16: "
+                         f"{rate:,.0f} tokens/s a GPU, {mfu(rate)}; peak memory {mem:.1f} GiB"
+                         + (" (no all-reduce: one GPU's share)" if ranks > 1 else ""))
+        check.part(f"preset micro-batching, {ranks} GPU(s)", preset)
+
+    def loop() -> None:
+        try:
+            m = pretrain_loop(cuda)
+        except ImportError as err:
+            check.report(f"real pre-training loop: not run, needs {err.name} (the project's "
+                         "environment: bash setup.sh)")
+            return
+        check.report(f"real pre-training loop (gpt1.pretraining.pretrain, configs/paper.yaml, "
+                     f"{m['steps']} updates, synthetic shards): micro-batch "
+                     f"{m['micro_batch_seqs']} x {m['accumulation']}, {m['tokens_per_s']:,.0f} "
+                     f"tokens/s over the last 10 updates, {mfu(m['tokens_per_s'])}; 2 "
+                     f"checkpoints held the loop {m['checkpoint_blocking_s']:.2f} s and took "
+                     f"{m['checkpoint_writing_s']:.1f} s to write in the background; "
+                     f"{m['host_syncs']} synchronizing CUDA calls in all (the probe, compilation, "
+                     "2 log points, the evaluation, the checkpoints' events)")
+
+    check.part("real pre-training loop", loop)
+    for task, (k, seq) in FINETUNE_SHAPES.items():
+        def tune(task: str = task, k: int = k, seq: int = seq) -> None:
+            comp = bool(PAPER_FINETUNE["compile"]) and can_compile
+            seconds, mem = finetune_step(PAPER, PAPER_VOCAB, task, int(PAPER_FINETUNE[
+                "batch_size"]), k, seq, "bf16", cuda, comp)
+            n = int(PAPER_FINETUNE["batch_size"])
+            check.report(f"fine-tuning {task.upper()}-shaped update ({n} x {k} x {seq} tokens, "
+                         f"aux LM loss chunked, {'compiled' if comp else 'eager'}, bf16): "
+                         f"{seconds * 1e3:.0f} ms, {n / seconds:,.0f} examples/s; peak memory "
+                         f"{mem:.1f} GiB")
+        check.part(f"fine-tuning {task.upper()} step", tune)
+    micro = split.get(1, 8)
+    for pad, comp in ((1, can_compile), (64, False)):
+        def variant(pad: int = pad, comp: bool = comp) -> None:
+            rate, mem = update_rate({**PAPER, "vocab_pad_multiple": pad}, PAPER_VOCAB, SEQ,
+                                    micro, batch // micro, "bf16", cuda, comp)
+            rates[pad, comp] = rate
+            check.report(f"paper shape, 1 GPU's split ({micro} x {batch // micro}), "
+                         f"{'compiled' if comp else 'eager'}, vocabulary padded to {pad}: "
+                         f"{rate:,.0f} tokens/s, {mfu(rate)}; peak memory {mem:.1f} GiB")
+        check.part(f"padding {pad} {'compiled' if comp else 'eager'}", variant, optional=True)
+    if (64, can_compile) in rates and (1, can_compile) in rates:
+        check.report(f"padding the vocabulary to 64: "
+                     f"{rates[64, can_compile] / rates[1, can_compile]:.2f}x tokens/s")
+    if can_compile and (64, True) in rates and (64, False) in rates:
+        check.report(f"compile: {rates[64, True] / rates[64, False]:.2f}x tokens/s (padded)")
+
+    def hf() -> None:
+        rate = transformers_rate(cuda, can_compile, micro, SEQ - 1, PAPER_VOCAB)
+        if rate is None:
+            check.report("transformers OpenAIGPTLMHeadModel: not installed, not compared")
+        elif (64, can_compile) in rates:
+            check.report(f"transformers OpenAIGPTLMHeadModel ({micro} x {SEQ}, "
+                         f"{'compiled' if can_compile else 'eager'}): {rate:,.0f} tokens/s; "
+                         f"ours: {rates[64, can_compile] / rate:.2f}x")
+
+    check.part("transformers comparison", hf, optional=True)
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print(no_cuda_line(), file=sys.stderr)
         return 2
-    started = time.monotonic()
-
-    def over_budget() -> bool:
-        return time.monotonic() - started > BUDGET_S
+    check = Check(shlex.join(["python", *sys.argv]))
+    check.watchdog.start()
     cuda = torch.device("cuda", 0)
     name = torch.cuda.get_device_name(cuda)
-    lines = [f"device: {name} (x{torch.cuda.device_count()}), torch {torch.__version__}, "
-             f"CUDA {torch.version.cuda}, C compiler: {c_compiler() or 'none'}"]
-    failed = []
-
-    def report(line: str, ok: bool = True) -> None:
-        lines.append(line + ("" if ok else "  <-- FAILED"))
-        print(lines[-1], flush=True)
-        if not ok:
-            failed.append(line)
-
-    print(lines[0], flush=True)
-    cpu_vs_cuda = relative_gap(losses(torch.device("cpu")), losses(cuda))
-    report(f"CPU vs CUDA, {STEPS} fp32 updates, same batches: max relative loss gap "
-           f"{cpu_vs_cuda:.2e} (<= {AGREE:g})", cpu_vs_cuda <= AGREE)
     can_compile = c_compiler() is not None
-    if can_compile:
-        torch._dynamo.reset()
-        eager, compiled = losses(cuda), losses(cuda, compiled=True)
-        gap = relative_gap(eager, compiled)
-        report(f"compiled vs eager on CUDA: max relative loss gap {gap:.2e} (<= {AGREE:g}); "
-               f"graph breaks: {graph_breaks()}", gap <= AGREE)
-    else:
-        report("compiled vs eager: not run, no C compiler (torch.compile needs one)", False)
-    report(f"host syncs per update (train_step + non-finite watch + batch copy, bf16): "
-           f"{host_syncs_per_step(cuda):g}")
-    backend, ddp_gap = ddp_vs_one_process(cuda)
-    report(f"2-rank DDP ({backend}) vs 1 process accumulating 2: max relative loss gap "
-           f"{ddp_gap:.2e} (<= {AGREE:g})", ddp_gap <= AGREE)
-    ceiling, peak = gemm_ceiling(cuda), bf16_peak(name)
-    report(f"bf16 GEMM 8192^3: {ceiling / 1e12:.0f} TFLOP/s measured; data-sheet peak "
-           f"{f'{peak / 1e12:.0f} TFLOP/s' if peak else 'unknown for this device'}")
-    rows = largest_rows(cuda)
-    fpt = flops_per_token(model_cfg(**PAPER), PAPER_VOCAB, SEQ)  # type: ignore[arg-type]
-    rates = {}
-    for pad, comp in ((64, True), (1, True), (64, False), (1, False)):
-        if comp and not can_compile:
-            continue
-        rate, mem = paper_step_rate(cuda, pad, comp, rows)
-        rates[pad, comp] = rate
-        mfu = f"{rate * fpt / peak:.1%} of peak, " if peak else ""
-        report(f"paper shape, {rows} x {SEQ} tokens per update, bf16, "
-               f"{'compiled' if comp else 'eager'}, vocabulary padded to {pad}: "
-               f"{rate:,.0f} tokens/s, MFU {mfu}{rate * fpt / ceiling:.1%} of the GEMM ceiling; "
-               f"peak memory {mem:.1f} GiB")
-    best_mode = (64, can_compile)
-    report(f"padding the vocabulary to 64: {rates[best_mode] / rates[1, can_compile]:.2f}x "
-           f"tokens/s ({'compiled' if can_compile else 'eager'})" + (
-               f"; compile: {rates[64, True] / rates[64, False]:.2f}x (padded)"
-               if can_compile else ""))
-    hf = ({} if over_budget() else
-          {comp: transformers_rate(cuda, comp, rows) for comp in (False, can_compile)})
-    if not hf:
-        report(f"transformers OpenAIGPTLMHeadModel: skipped, past {BUDGET_S} s")
-    elif hf[False] is None:
-        report("transformers OpenAIGPTLMHeadModel: not installed, not compared")
-    else:
-        best = max(r for r in hf.values() if r)
-        report(f"transformers OpenAIGPTLMHeadModel, best mode: {best:,.0f} tokens/s; ours "
-               f"(padded, {'compiled' if can_compile else 'eager'}): "
-               f"{rates[best_mode] / best:.2f}x")
-    left = 470 - (time.monotonic() - started)  # the whole check within 8 minutes
-    report(f"`-m gpu` tests: "
-           f"{f'skipped, past {BUDGET_S} s' if over_budget() else gpu_tests(left)}")
-    report(f"check took {time.monotonic() - started:.0f} s")
-    command = shlex.join(["python", *sys.argv])
-    path = write("gpu", "\n".join(lines), command)
-    print(f"results: {os.path.relpath(path)}")
-    return 1 if failed else 0
+    check.report(f"device: {name} (x{torch.cuda.device_count()}), torch {torch.__version__}, "
+                 f"CUDA {torch.version.cuda}, C compiler: {c_compiler() or 'none'}")
+    agreement_parts(check, cuda, can_compile)
+    workload_parts(check, cuda, can_compile, name)
+    left = HARD_CAP_S - 10 - check.elapsed()
+    check.part("`-m gpu` tests", lambda: check.report(f"`-m gpu` tests: {gpu_tests(left)}"),
+               optional=True)
+    print(f"results: {os.path.relpath(check.finish())}")
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import errno
 import importlib
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -25,7 +26,7 @@ from typing import Any, NoReturn
 
 import gpt1
 from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
-from gpt1.config import ParamsError, load_params, parse_params
+from gpt1.config import Params, ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
 from gpt1.tasks.registry import TASKS
@@ -36,6 +37,7 @@ STAGES: dict[str, str] = {
     "download_corpus": "download_corpus",
     "clean_corpus": "clean_corpus",
     "check_corpus": "check_corpus",
+    "data_docs": "data_docs",
     "train_bpe": "train_bpe",
     "shard_corpus": "shard_corpus",
     "pretrain": "pretrain",
@@ -44,7 +46,7 @@ STAGES: dict[str, str] = {
     "finetune": "finetune",
     "lr_pilot": "lr_pilot",
     "ablation": "ablation",
-    "floor": "floor",
+    "floor": "floor_stage",
     "transfer_layers": "transfer_layers",
     "zeroshot": "zeroshot",
     "zeroshot_lstm": "zeroshot_lstm",
@@ -68,9 +70,10 @@ STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
 # The matrix keys of dvc.yaml's matrix stages, in dvc.yaml's order (DVC joins them with "-").
 ADDRESS_KEYS: dict[str, tuple[str, ...]] = {"ablation": ("variant", "task"),
                                             "transfer_layers": ("task", "layers")}
-UNTRACKED: set[str] = {"scan_mirror"}  # runs on every `dvc repro` and logs nothing: no run
+UNTRACKED: set[str] = {"scan_mirror", "data_docs"}  # logs nothing (scan_mirror: runs every time)
 ARG_HELP: dict[str, str] = {
-    "task": "one of the paper's 12 tasks (params finetune.tasks says which ones run)",
+    "task": "one of the paper's 12 tasks or of params tasks.custom (finetune.tasks says which "
+            "ones run)",
     "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
     "layers": "blocks transferred: a value of params layers.layers_transferred",
     "pretrain_seed": "pre-training run: a value of params pretrain.seeds (default: the first)",
@@ -111,15 +114,42 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def stage_docs() -> dict[str, str]:
-    """Each stage function's docstring, read from gpt1/stages.py without importing it (torch)."""
-    tree = ast.parse((Path(__file__).parent / "stages.py").read_text(encoding="utf-8"))
-    return {node.name: ast.get_docstring(node) or "" for node in tree.body
-            if isinstance(node, ast.FunctionDef)}
+    """Each stage function's docstring, read from gpt1/stages.py (and gpt1/floor.py, whose
+    stage stages.py imports) without importing them (torch)."""
+    docs = {}
+    for name in ("floor.py", "stages.py"):  # a name in both: the stage in stages.py
+        tree = ast.parse((Path(__file__).parent / name).read_text(encoding="utf-8"))
+        docs.update({node.name: ast.get_docstring(node) or "" for node in tree.body
+                     if isinstance(node, ast.FunctionDef)})
+    return docs
 
 
 def _first_paragraph(doc: str) -> str:
     """A docstring's user-facing part: the rest is notes for readers of the code."""
     return doc.split("\n\n", 1)[0]
+
+
+def summary(doc: str) -> str:
+    """A command's one-line help: the docstring's first sentence, whole (its wrapped lines
+    joined), never a line cut mid-sentence."""
+    text = " ".join(_first_paragraph(doc).split())
+    match = re.search(r"(?<![ .]e\.g)(?<![ .]i\.e)[.!?](?=\s)", text)
+    return text[:match.end()] if match else text
+
+
+def tool_doc(module: str) -> str:
+    """A tool module's docstring, read without importing it (the tools import torch)."""
+    path = Path(gpt1.__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    return ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The subcommand named in argv (either spelling), found without parsing: the one tool
+    whose module (and torch) `build_parser` then imports."""
+    names = {n for name in [*STAGES, *TOOLS] for n in (name, command_name(name))}
+    return next((a.replace("-", "_") if a.replace("-", "_") in STAGES else
+                 next((t for t in TOOLS if command_name(t) == command_name(a)), a)
+                 for a in argv if a in names), None)
 
 
 def _common_options(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -144,7 +174,31 @@ def command_name(name: str) -> str:
     return name.replace("_", "-")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def custom_tasks(argv: list[str]) -> list[str]:
+    """The names of params tasks.custom in the params file argv names (default params.yaml),
+    read before parsing so that `--task` accepts them; [] when there is no readable file (the
+    params load then says what is wrong)."""
+    path = DEFAULT_PARAMS
+    for i, arg in enumerate(argv):
+        if arg == "--params" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--params="):
+            path = arg.split("=", 1)[1]
+    try:
+        import yaml
+
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return []
+    tasks = raw.get("tasks") if isinstance(raw, dict) else None
+    custom = tasks.get("custom") if isinstance(tasks, dict) else None
+    return [str(name) for name in custom] if isinstance(custom, dict) else []
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. With `argv`, only the tool it names is imported for its arguments
+    (the other tools get their help line only), so a stage starts without loading torch."""
+    wanted = None if argv is None else chosen_command(argv)
     parser = OneLineParser(prog="gpt1", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"gpt1 {gpt1.__version__}")
     _common_options(parser, top=True)
@@ -153,24 +207,25 @@ def build_parser() -> argparse.ArgumentParser:
     docs = stage_docs()
     for name, func in STAGES.items():
         doc = docs.get(func, "") or f"the `{name}` pipeline stage"
-        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=doc.splitlines()[0],
+        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=summary(doc),
                            description=_first_paragraph(doc))
         p.set_defaults(command=name)  # the canonical name, whichever alias was typed
         _common_options(p, top=False)
         if name in TASK_STAGES:
-            p.add_argument("--task", required=True, choices=list(TASKS), help=ARG_HELP["task"])
+            p.add_argument("--task", required=True, help=ARG_HELP["task"],
+                           choices=list(dict.fromkeys([*TASKS, *custom_tasks(argv or [])])))
         for arg, kind in STAGE_ARGS.get(name, {}).items():
             p.add_argument(f"--{arg}", type=kind, required=True, help=ARG_HELP[arg])
         if name in SEEDED_STAGES:
             p.add_argument("--pretrain-seed", type=int, help=ARG_HELP["pretrain_seed"])
     for name, module in TOOLS.items():
-        tool = importlib.import_module(module)
-        doc = tool.__doc__ or name
-        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=doc.splitlines()[0],
+        doc = tool_doc(module) or name
+        p = sub.add_parser(command_name(name), aliases=_aliases(name), help=summary(doc),
                            description=_first_paragraph(doc))
         p.set_defaults(command=name)
         _common_options(p, top=False)
-        tool.add_arguments(p)
+        if argv is None or wanted == name:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
@@ -183,10 +238,13 @@ def _aliases(name: str) -> list[str]:
 def run_tool(tool: Any, args: argparse.Namespace) -> Any:
     """Run a tool. With `--model` its location is resolved first (gpt1.locate); the params
     file is then optional: without one, the model's own recorded params stand in (a
-    self-contained model works outside the repository)."""
+    self-contained model works outside the repository). A tool declaring PARAMS_OPTIONAL
+    gets None without a params file."""
     location = getattr(args, "model", None)
     if not location:
-        return tool.run(args, load_params(args.params))
+        optional = getattr(tool, "PARAMS_OPTIONAL", False)  # the tool can do without (None)
+        absent = args.params == DEFAULT_PARAMS and not Path(args.params).is_file()
+        return tool.run(args, None if optional and absent else load_params(args.params))
     params = (load_params(args.params)
               if Path(args.params).is_file() or args.params != DEFAULT_PARAMS else None)
     from gpt1 import checkpoint, locate
@@ -200,14 +258,34 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
                         uri) as (model_dir, tok_dir):
         args.model, args.tokenizer = str(model_dir), str(tok_dir)
         if params is None:
-            params = parse_params(checkpoint.read_model_meta(model_dir)["params"],
-                                  model_dir / checkpoint.MODEL_META)
+            params = checkpoint.recorded_params(checkpoint.read_model_meta(model_dir),
+                                                model_dir / checkpoint.MODEL_META)
         return tool.run(args, params)
 
 
 def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
-    """Run one stage; its wall time counts from `started` (a perf_counter value; default now)."""
+    """Run one stage; its wall time counts from `started` (a perf_counter value; default now).
+    The stage's lock (gpt1.stage_lock) is held throughout: a second run of it in this
+    workspace stops in one line; a rank launched by the stage runs under its launcher's."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
+    if "RANK" in os.environ:
+        return _run_stage(name, params, params_path, started, kwargs)
+    from gpt1 import stage_lock
+
+    seed = params.pretrain.seeds[0] if kwargs.get("pretrain_seed") is None else \
+        kwargs["pretrain_seed"]
+    args = {**kwargs, **({"pretrain_seed": seed} if name in SEEDED_STAGES else {})}
+    run = " ".join(["gpt1", command_name(name),
+                    *(f"--{k.replace('_', '-')} {v}" for k, v in args.items())])
+    with stage_lock.held(run, params):
+        # the first line, before torch and mlflow load; on stdout: stderr stays the one line
+        # of a failure (a rank launched by the stage prints none: its launcher did)
+        print(f"gpt1 {stage_address(name, kwargs)}: started ({params_path})", flush=True)
+        return _run_stage(name, params, params_path, started, kwargs)
+
+
+def _run_stage(name: str, params: Params, params_path: str, started: float | None,
+               kwargs: dict[str, Any]) -> Any:
     from gpt1 import tracking
 
     tracking.check_store(params)  # an unusable tracking store stops the stage before its work
@@ -238,6 +316,7 @@ def run_stage(name: str, params_path: str, started: float | None = None, **kwarg
     from gpt1 import records, stages
 
     records.start_clock(started)
+    records.declare_stage(name, params)  # its records carry the hash of its declared params
 
     fn: Callable[..., Any] = getattr(stages, STAGES[name])
     if name in UNTRACKED or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs
@@ -258,7 +337,8 @@ def stage_address(name: str, kwargs: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     passive_openmp()  # first: build_parser imports the tools, which import torch
     quiet_telemetry()
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -298,6 +378,11 @@ def guarded(command: str, work: Callable[[], Any]) -> int:
         say("interrupted; outputs are written atomically, re-run to start again")
         return 130
     except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):  # not written through gpt1.atomic
+            from gpt1.atomic import DiskFullError
+
+            say(f"error: {DiskFullError(err.filename or Path.cwd(), 0)}")
+            return 2
         if err.errno not in _ENVIRONMENT_ERRNOS or not err.filename:
             say(f"internal error: {type(err).__name__}: {err}; traceback in "
                 f"{write_traceback(command)}")

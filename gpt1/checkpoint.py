@@ -108,6 +108,19 @@ def _restore_optimizer(
     opt.load_state_dict({"state": state, "param_groups": groups})
 
 
+def training_state(model: nn.Module, optimizer: torch.optim.Optimizer
+                   ) -> tuple[dict[str, dict[str, torch.Tensor]], list[Any]]:
+    """What a checkpoint holds as tensors (model, optimizer, this process's RNG states; still
+    on their devices, sharing storage with the live ones) and the optimizer's JSON groups."""
+    opt_tensors, groups = _optimizer_tensors(optimizer)
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng.update({f"cuda_{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    tensors = {"model.safetensors": dict(model.state_dict()),
+               "optimizer.safetensors": opt_tensors, "rng.safetensors": rng}
+    return tensors, groups
+
+
 def save_checkpoint(
     run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
@@ -115,18 +128,19 @@ def save_checkpoint(
     """Write checkpoints/step_<step>/ atomically (a directory rename), then drop older ones.
 
     `state` (JSON) carries the data position, history, params and tokenizer hash; the RNG
-    states of this process go to rng.safetensors.
+    states of this process go to rng.safetensors. (gpt1.snapshot writes the same files from
+    a host copy, in the background.)
     """
+    tensors, groups = training_state(model, optimizer)
+    return write_checkpoint(run_dir, step, tensors, groups, state)
+
+
+def write_checkpoint(run_dir: Path, step: int, tensors: dict[str, dict[str, torch.Tensor]],
+                     groups: list[Any], state: dict[str, Any]) -> Path:
+    """The files of checkpoints/step_<step>/ from `training_state`'s tensors (or host copies
+    of them), written atomically, then the older checkpoints dropped."""
     dest = Path(run_dir) / CKPT_DIR / f"step_{step:08d}"
-    opt_tensors, groups = _optimizer_tensors(optimizer)
-    rng = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng.update({f"cuda_{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
-    blobs = {
-        "model.safetensors": _tensor_bytes(model.state_dict()),
-        "optimizer.safetensors": _tensor_bytes(opt_tensors),
-        "rng.safetensors": _tensor_bytes(rng),
-    }
+    blobs = {name: _tensor_bytes(group) for name, group in tensors.items()}
     with atomic.atomic_path(dest) as tmp:
         tmp.mkdir()
         for name, blob in blobs.items():
@@ -199,9 +213,10 @@ def _load_weights(model: nn.Module, weights: dict[str, torch.Tensor], path: Path
     model.load_state_dict(weights)
 
 
-def save_weights(path: Path, model: nn.Module) -> str:
-    """Write model weights to one safetensors file atomically; return its sha256."""
-    blob = _tensor_bytes(model.state_dict())
+def save_weights(path: Path, model: nn.Module | dict[str, torch.Tensor]) -> str:
+    """Write model weights (a model, or its state_dict / a host copy of one) to one
+    safetensors file atomically; return its sha256."""
+    blob = _tensor_bytes(model if isinstance(model, dict) else model.state_dict())
     atomic.write_bytes(path, blob)
     return _sha256(blob)
 
@@ -240,10 +255,13 @@ SHAPE_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def recorded_params(meta: dict[str, Any], where: Path) -> Params:
     """The params a model was trained with (its model.json). Written before
-    model.vocab_pad_multiple existed = unpadded (1); Gpt1Error when no longer valid."""
+    model.vocab_pad_multiple existed = unpadded (1), before tasks.custom = none; Gpt1Error when
+    no longer valid."""
     raw = meta["params"]
     if isinstance(raw.get("model"), dict) and "vocab_pad_multiple" not in raw["model"]:
         raw = {**raw, "model": {**raw["model"], "vocab_pad_multiple": 1}}
+    if isinstance(raw.get("tasks"), dict) and "custom" not in raw["tasks"]:
+        raw = {**raw, "tasks": {**raw["tasks"], "custom": {}}}
     try:
         return parse_params(raw, where)
     except ParamsError as err:

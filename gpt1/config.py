@@ -11,13 +11,30 @@ import difflib
 import hashlib
 import json
 import re
+import types
+import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
 
-from gpt1.tasks.registry import TASKS  # upward import: task names checked against the table
+from gpt1.tasks.registry import (  # upward import: task names checked against the table
+    PAPER_TASKS,
+    TASKS,
+    CustomSource,
+    custom_task,
+    register_custom,
+)
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -78,8 +95,9 @@ class Paths(Section):
     corpus_checks: str
     """great-expectations validation result of the cleaned corpus (JSON)."""
     data_docs: str
-    """great-expectations Data Docs sites: <data_docs>/corpus and <data_docs>/tasks/<task>/<split>
-    (each an index.html; a DVC output of its gate stage)."""
+    """great-expectations Data Docs: <data_docs>/corpus and <data_docs>/tasks/<task> (one site
+    over its splits), each an index.html and a DVC output of its gate stage, and the home page
+    <data_docs>/index.html over all of them (the data_docs stage)."""
     tokenizer: str
     """Directory holding the trained BPE tokenizer."""
     shards: str
@@ -230,8 +248,10 @@ class PretrainCfg(Section):
     """Decay after warm-up: cosine annealing to 0 (paper) or linear decay to 0."""
     batch_seqs: PosInt
     """Sequences per optimizer update (global, across ranks and accumulation)."""
-    micro_batch_seqs: PosInt
-    """Sequences per forward/backward on one rank."""
+    micro_batch_seqs: Literal["auto"] | PosInt
+    """Sequences per forward/backward on one rank; `auto` = the largest that fits this
+    device's memory (a probe before the first update, gpt1/micro_batch.py; batch_seqs / ranks
+    when it fits), recorded in the checkpoints and model.json."""
     seq_len: PosInt
     """Tokens per training sequence (<= model.n_positions)."""
     epochs: PosFloat | None
@@ -253,8 +273,13 @@ class PretrainCfg(Section):
     """Processes `python -m gpt1 pretrain` / `pretrain_lstm` launches itself over on this node
     (torch's elastic launcher, one per GPU; gloo processes on the CPU): `auto` = every GPU
     torch sees (1 on the CPU). Changes how the global batch is split, never the result."""
+    ddp_bucket_mb: PosInt
+    """DDP gradient all-reduce bucket size (MB), several ranks only."""
+    ddp_bf16_grads: bool
+    """All-reduce gradients in bf16 (half the bytes) instead of fp32; several ranks only."""
     eval_interval_steps: PosInt
     eval_batches: PosInt
+    """Validation windows: eval_batches x micro_batch_seqs (x batch_seqs with `auto`)."""
     log_interval_steps: PosInt
     checkpoint_interval_steps: PosInt
     zero_shot_checkpoints: NonNegInt
@@ -272,7 +297,7 @@ class PretrainCfg(Section):
     def _one_budget(self) -> PretrainCfg:
         if (self.epochs is None) == (self.max_tokens is None):
             raise ValueError("pretrain.epochs: set exactly one of epochs / max_tokens")
-        if self.batch_seqs % self.micro_batch_seqs:
+        if self.micro_batch_seqs != "auto" and self.batch_seqs % self.micro_batch_seqs:
             raise ValueError(
                 f"pretrain.micro_batch_seqs: {self.micro_batch_seqs} does not divide "
                 f"batch_seqs={self.batch_seqs}"
@@ -319,6 +344,31 @@ class FinetuneCfg(Section):
     of this many batches, each pool sorted by length into batches, the batches visited in a
     seeded order (the same examples and updates, less padding); null = random batches."""
     overrides: dict[str, TaskOverride]
+    log_interval_steps: PosInt
+    """Train loss read from the device and logged every this many updates and at each epoch's
+    end; the updates between run without a host sync."""
+    compile: bool
+    """torch.compile the task model (a C compiler needed, else eager + one warning)."""
+
+
+class CustomTaskCfg(Section):
+    """A task of the user's own, fine-tuned, scored, served and exported like the paper's
+    (gpt1/tasks/custom.py): classification of one text, or of a pair when text_b is given."""
+
+    file: str
+    """CSV, TSV (with a header) or JSONL file of labelled examples, relative to the repo."""
+    text: str
+    """Column of the text (a pair task's first text)."""
+    text_b: str | None = None
+    """Column of a pair task's second text; null = one text per example."""
+    label: str
+    """Column of the label."""
+    labels: Annotated[StrTuple, Field(min_length=2)]
+    """The label values, in the head's order (F1: the second is the positive class)."""
+    metric: Literal["acc", "f1", "mcc"] = "acc"
+    split: str | None = None
+    """Column naming each row's split (train / dev / test); null = dev and test carved
+    (tasks.dev_frac / dev_examples, tasks.test_frac, tasks.carve_seed)."""
 
 
 class TasksCfg(Section):
@@ -343,6 +393,22 @@ class TasksCfg(Section):
     truncate_keep: Literal["head", "tail"]
     """Which end of an over-long segment is kept (original: head, `ctx[:max_len]`). In a
     multiple-choice context the question is kept whole and the passage is cut."""
+    custom: dict[str, CustomTaskCfg]
+    """Tasks of the user's own by name (lower-case, not a paper task's): list a name in
+    finetune.tasks and DVC prepares, fine-tunes and reports it like the 12 paper tasks."""
+
+    @model_validator(mode="after")
+    def _custom_names(self) -> TasksCfg:
+        for name, task in self.custom.items():
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name) or name in PAPER_TASKS:
+                raise ValueError(f"tasks.custom.{name}: a new lower-case name (letters, digits, "
+                                 "_), not one of the paper's tasks")
+            if len(set(task.labels)) < len(task.labels):
+                raise ValueError(f"tasks.custom.{name}.labels: a label is listed twice")
+        register_custom({name: custom_task(name, CustomSource(
+            file=t.file, text_a=t.text, text_b=t.text_b, label=t.label, split=t.split),
+            tuple(t.labels), t.metric) for name, t in self.custom.items()})
+        return self
 
 
 TRACKING_STORE_URI = re.compile(r"^(sqlite|https?|postgresql|mysql)[+\w]*://")
@@ -374,20 +440,38 @@ class TrackingCfg(Section):
         return self
 
 
+def _auto_or_count(value: Any) -> int | Literal["auto"]:
+    """`auto` or a positive integer (one line either way, not one per branch of the union)."""
+    if value == "auto" or (type(value) is int and value > 0):
+        return value  # type: ignore[no-any-return]
+    raise ValueError(f"must be auto or a positive integer, got {value!r}")
+
+
+def _auto_or_ids(value: Any) -> tuple[int, ...] | Literal["auto"]:
+    """`auto`, [] or a list of distinct device indices."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, list | tuple) and all(type(v) is int for v in value):
+        return _distinct_ids(tuple(value)) if value else ()
+    raise ValueError(f"must be auto or a list of device indices, got {value!r}")
+
+
 class OrchestrateCfg(Section):
     """How the Prefect flow (pipelines/gpt1_flow.py) runs the DVC stages; changes no result."""
 
-    max_parallel_stages: PosInt
+    max_parallel_stages: Annotated[PosInt | Literal["auto"], PlainValidator(_auto_or_count)]
     """Stages with no path between them in the DVC graph (fine-tunes) run at most this many
-    at once."""
+    at once; `auto` = one per device handed out (`devices`), 1 where there are none."""
     io_stages: StrTuple
     """Stages doing network / remote I/O, retried on failure (no other stage is retried)."""
     io_retries: NonNegInt
     io_retry_delay_seconds: NonNegFloat
-    devices: Annotated[IntTuple, AfterValidator(lambda v: _distinct_ids(v) if v else v)]
+    devices: Annotated[Literal["auto"] | tuple[int, ...], PlainValidator(_auto_or_ids),
+                       PlainSerializer(lambda v: v if v == "auto" else list(v), when_used="json")]
     """This worker's CUDA devices (indices) the flow hands out to concurrent stages: pre-training
     takes them all, each other model stage one (CUDA_VISIBLE_DEVICES, pipelines/devices.py);
-    [] = none declared: every stage sees what the worker sees."""
+    `auto` = every GPU the worker sees (its CUDA_VISIBLE_DEVICES when set; none with
+    `device: cpu`); [] = none declared: every stage sees what the worker sees."""
     dvc_remote: str | None
     """DVC remote shared by workers on different machines: each stage pulls its deps before and
     pushes its outs after; null = one machine, no push/pull."""
@@ -648,6 +732,19 @@ class Params(Section):
             bad = [t for t in names if t not in TASKS]
             if bad:
                 raise ValueError(f"{key}: unknown task {bad[0]!r}; known: {sorted(TASKS)}")
+        # every task named elsewhere is one a prepare_task stage prepares (one per
+        # finetune.tasks); DPRD the zero-shot stage reads from the mirror itself
+        prepared = set(self.finetune.tasks)
+        for key, names in (("zeroshot.tasks", tuple(t for t in self.zeroshot.tasks
+                                                     if t != "dprd")),
+                           ("layers.tasks", self.layers.tasks),
+                           ("ablations.tasks", self.ablations.tasks),
+                           ("report.confirmatory_tasks", self.report.confirmatory_tasks)):
+            bad = [t for t in names if t not in prepared]
+            if bad:
+                raise ValueError(f"{key}: {bad[0]!r} is not prepared by any stage (prepare_task "
+                                 f"runs for finetune.tasks {list(self.finetune.tasks)}); add "
+                                 "it there or drop it here")
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")
@@ -699,9 +796,48 @@ _Loader.add_implicit_resolver(
 )
 
 
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+          type(None): "null"}
+
+
+def _accepted_form(ann: Any) -> str:
+    """One member of a union annotation in words: 'auto', an integer > 0, null."""
+    if get_origin(ann) is Literal:
+        return " or ".join(repr(a) for a in get_args(ann))
+    if get_origin(ann) is Annotated:
+        base, *extra = get_args(ann)
+        bounds = [f"{_BOUNDS[name]} {getattr(m, name)}" for info in extra
+                  for m in getattr(info, "metadata", []) for name in _BOUNDS
+                  if getattr(m, name, None) is not None]
+        return " ".join([_accepted_form(base), *bounds])
+    return _KINDS.get(ann, getattr(ann, "__name__", str(ann)))
+
+
+def _union_field(model: type[BaseModel], loc: list[str]) -> tuple[list[str], Any] | None:
+    """(the field's own loc, its annotation) when `loc` ends inside a union-typed field (its
+    last parts are pydantic's tags of the union's members), else None."""
+    ann: Any = model
+    for n, part in enumerate(loc):
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and part in ann.model_fields:
+            ann = ann.model_fields[part].annotation
+            continue
+        members = [a for a in get_args(ann) if a is not type(None)]
+        if get_origin(ann) in (typing.Union, types.UnionType) and len(members) > 1:
+            return loc[:n], ann
+        return None
+    return None
+
+
 def _format_error(path: Path, err: ValidationError, model: type[BaseModel]) -> str:
     errors = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
+    union = _union_field(model, [str(p) for p in first["loc"]])
+    if union is not None:  # one line for the field, every form it accepts named
+        key = ".".join(union[0])
+        forms = " or ".join(_accepted_form(a) for a in get_args(union[1]))
+        shown = json.dumps(first["input"], default=str)
+        return f"{path}: {key}: {shown} is not accepted; {key} takes {forms}"
     loc = [str(p) for p in first["loc"] if not str(p).startswith("function-after")]
     key, msg = ".".join(loc), first["msg"]
     if first["type"] == "extra_forbidden":

@@ -24,7 +24,6 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gpt1 import atomic, runtime
@@ -38,7 +37,8 @@ from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import MetricsSink, progress
 from gpt1.runtime import autocast_for, resolve_precision
 from gpt1.scoring import aggregate, baselines, head_predictions, score_split
-from gpt1.step import step_values, train_step
+from gpt1.step import NonFiniteWatch, train_step
+from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
 
@@ -80,6 +80,11 @@ class Hparams:
     """Length buckets: batches per length-sorted pool (gpt1/batching.py); None = random."""
     device: str
     """params.device (auto | cpu | cuda): where finetune_task runs unless told otherwise."""
+    log_interval_steps: int
+    """Train loss read from the device (and logged) every this many updates and at each
+    epoch's end: the steps between run without a host sync."""
+    compile: bool
+    """torch.compile the task model (finetune.compile)."""
 
 
 def resolve_hparams(params: Params, task: str) -> Hparams:
@@ -101,7 +106,7 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
         eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
         precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
         select=ft.select, bucket_pool_batches=ft.bucket_pool_batches,
-        device=params.device,
+        device=params.device, log_interval_steps=ft.log_interval_steps, compile=ft.compile,
     )
 
 
@@ -211,51 +216,15 @@ def collate(seqs: Sequence[list[list[int]]], device: torch.device
         for k, s in enumerate(ex):
             idx[b, k, : len(s)] = s
             lengths[b, k] = len(s)
-    return torch.from_numpy(idx).to(device), torch.from_numpy(lengths).to(device)
-
-
-def lm_loss(model: TaskModel, h: torch.Tensor, idx: torch.Tensor, lengths: torch.Tensor
-            ) -> torch.Tensor:
-    """Next-token loss on real tokens only, averaged per sequence, then over sequences."""
-    BK, T = h.shape[0], h.shape[1]
-    flat_len = lengths.reshape(BK)
-    pos = torch.arange(T - 1, device=h.device)
-    mask = pos[None, :] < (flat_len[:, None] - 1)  # (BK, T-1): predict token t+1 from t
-    rows, cols = mask.nonzero(as_tuple=True)
-    targets = idx.reshape(BK, T)[rows, cols + 1]
-    tok = model.lm_losses(h[rows, cols], targets)  # (N,): only real positions, no padding waste
-    per_seq = torch.zeros(BK, device=h.device).index_add_(0, rows, tok)
-    n_tok = mask.sum(1).clamp(min=1)
-    return (per_seq / n_tok).mean()
-
-
-def clf_loss(spec: TaskSpec, out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    if spec.regression:
-        return F.mse_loss(out.float(), labels.float())
-    return F.cross_entropy(out.float(), labels)  # choice: softmax over the K answers
-
-
-def make_loss_fn(spec: TaskSpec, lm_coef: float) -> Callable[[nn.Module, Any], torch.Tensor]:
-    """loss_fn(model, batch) for train_step (which adds autocast): mean(clf) + lm_coef *
-    mean(lm) (spec §5; lm_coef = 0 disables the auxiliary LM loss)."""
-
-    def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
-        idx, lengths, labels = batch
-        assert isinstance(model, TaskModel)
-        out, h = model(idx, lengths)
-        loss = clf_loss(spec, out, labels)
-        if lm_coef > 0:
-            loss = loss + lm_coef * lm_loss(model, h, idx, lengths)
-        return loss
-
-    return loss_fn
+    return (runtime.to_device(torch.from_numpy(idx), device),  # pinned, asynchronous
+            runtime.to_device(torch.from_numpy(lengths), device))
 
 
 def _labels(spec: TaskSpec, data: Encoded, rows: Sequence[int], device: torch.device
             ) -> torch.Tensor:
     y = data.labels[np.asarray(rows, dtype=int)]
-    return torch.as_tensor(y, dtype=torch.float32 if spec.regression else torch.long,
-                           device=device)
+    labels = torch.as_tensor(y, dtype=torch.float32 if spec.regression else torch.long)
+    return runtime.to_device(labels, device)
 
 
 @torch.no_grad()
@@ -292,7 +261,10 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     rng = np.random.default_rng(seed)
     precision = resolve_precision(hp.precision, device)
     model = TaskModel(make_body(seed), spec, hp.clf_pdrop, hp.init_std).to(device)
+    if hp.compile:  # in place: state_dict keys, on_best and infer unchanged
+        runtime.compile_or_eager(model, "finetune.compile")
     opt = build_optimizer(model, hp.lr, hp.betas, hp.eps, hp.weight_decay)
+    watch = NonFiniteWatch(device)
     loss_fn = make_loss_fn(spec, hp.lm_coef)
     train = data["train"]
     steps_per_epoch = math.ceil(len(train) / hp.batch_size)
@@ -307,19 +279,24 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     for epoch in range(hp.epochs):
         model.train()
         perm = rng.permutation(len(train))
-        for batch_rows in epoch_batches(perm, example_lens, hp.batch_size, hp.bucket_pool_batches,
-                                        order_rng):
+        batches = epoch_batches(perm, example_lens, hp.batch_size, hp.bucket_pool_batches,
+                                order_rng)
+        for b_i, batch_rows in enumerate(batches):
             rows = batch_rows.tolist()
             idx, lengths = collate([train.seqs[i] for i in rows], device)
             batch = (idx, lengths, _labels(spec, train, rows, device))
             lr = lr_at(step, total, warmup, hp.lr, "linear")  # t before its increment (optim)
-            stats = step_values(train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip,
-                                           precision), lr)
+            loss, norm, finite = train_step(model, opt, [batch], loss_fn, lr, hp.grad_clip,
+                                            precision, watch.halted)
+            watch.record(step, loss, norm, finite)
             step += 1
             seen += len(rows)
             bar.update(1)
-            bar.set_postfix(loss=f"{stats['loss']:.3f}")
-            on_metrics(step0 + step, {f"train/{k}": float(v) for k, v in stats.items()})
+            if step % hp.log_interval_steps == 0 or b_i == len(batches) - 1:
+                watch.check()  # the loop's only host reads: log points, epoch ends
+                stats = {"loss": loss.item(), "grad_norm": norm.item(), "lr": lr}
+                bar.set_postfix(loss=f"{stats['loss']:.3f}")
+                on_metrics(step0 + step, {f"train/{k}": float(v) for k, v in stats.items()})
             if stop:  # a run is minutes: restarting beats checkpointing every seed's state
                 bar.close()
                 raise stop.stop(f"stopped at step {step} of seed {seed}; fine-tuning keeps "

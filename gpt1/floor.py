@@ -24,12 +24,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedKFold
-from sklearn.pipeline import Pipeline, make_pipeline
 
-from gpt1 import atomic
+from gpt1 import atomic, records, tracking
 from gpt1.config import FloorCfg, Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
@@ -52,7 +48,13 @@ def texts(table: pd.DataFrame) -> list[str]:
     return out
 
 
-def pipeline(cfg: FloorCfg, c: float, seed: int) -> Pipeline:
+def pipeline(cfg: FloorCfg, c: float, seed: int) -> Any:
+    """The model: TF-IDF features into a logistic regression (scikit-learn, imported here so
+    that importing the stages does not import it)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
     return make_pipeline(
         TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, sublinear_tf=True,
                         lowercase=True),
@@ -68,6 +70,8 @@ def choose_c(x: Sequence[str], y: np.ndarray, cfg: FloorCfg, seed: int
     folds = min(cfg.cv_folds, int(counts[counts > 0].min()))
     if folds < 2 or (counts > 0).sum() < 2:
         return float(min(cfg.c_grid)), {}
+    from sklearn.model_selection import StratifiedKFold
+
     split = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
     xs = np.asarray(x, dtype=object)
     cv: dict[str, float] = {}
@@ -167,3 +171,16 @@ def run(params: Params, task: str) -> dict[str, Any]:
                  f"logistic regression, C in {list(cfg.c_grid)} by {cfg.cv_folds}-fold CV",
         "seconds": [r["seconds"] for r in result["seeds"]],
     }
+
+
+def floor_stage(params: Params, task: str) -> dict[str, Any]:
+    """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
+    (record finetune_bow_<task>, logged to its own MLflow run)."""
+    stem = f"finetune_{VARIANT}_{task}"
+    with tracking.start_run(stem, params):
+        metrics = run(params, task)
+        scores = ("scores",) if "scores" in metrics else ()
+        tracking.log_summary({k: metrics[k] for k in scores})
+        for path in records.write_metrics(params, stem, metrics, scores):
+            tracking.log_artifact(path)
+    return metrics

@@ -63,7 +63,8 @@ def load_lm(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[Any, Any]:
     task = checkpoint.read_model_meta(Path(run_dir)).get("task")
     if task:
         raise Gpt1Error(f"generate needs the pre-trained Transformer LM, this model is "
-                        f"fine-tuned on {task} (use gpt1 predict)")
+                        f"fine-tuned on {task} (use gpt1 predict)",
+                        Path(run_dir) / checkpoint.MODEL_META)
     model, meta = checkpoint.load_model(run_dir, tok.hash)
     if meta["kind"] != "gpt":
         raise Gpt1Error(f"generate needs the Transformer LM, this run is {meta['kind']}",

@@ -53,9 +53,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(name, metavar=metavar, help=text)
 
 
-def run(args: argparse.Namespace, params: Params) -> None:
+PARAMS_OPTIONAL = True
+"""Runs without a params file (outside a repository): `base_params` says which params then."""
+
+
+def run(args: argparse.Namespace, params: Params | None) -> None:
     """Entry point of `gpt1 import-hf`: the run and its tokenizer go to OUT_DIR."""
     import_hf(args.source, args.out_dir, params)
+
+
+def base_params(src: Path, params: Params | None) -> Params:
+    """The params an import records around the checkpoint's own shape: the params file's;
+    without one (outside a repository), the params an export of ours recorded, else the
+    params.yaml of the project gpt1 is installed from."""
+    if params is not None:
+        return params
+    from gpt1 import checkpoint, export
+
+    if (src / export.GPT1_META).is_file():
+        return checkpoint.recorded_params(export.read_export_meta(src), src / export.GPT1_META)
+    installed = Path(__file__).resolve().parents[1] / "params.yaml"
+    if not installed.is_file():
+        raise Gpt1Error("no params file here, and none beside the installed gpt1 package; "
+                        "pass --params FILE", "params.yaml")
+    from gpt1.config import load_params
+
+    log.info("no params.yaml here: the other params of the run are %s's", installed)
+    return load_params(installed)
 
 
 # ------------------------------------------------------------------ reading a checkpoint
@@ -73,16 +97,18 @@ def resolve(source: str | Path) -> Path:
 
 
 def _download(name: str) -> Path:
-    """Fetch FILES of hub model `name` with transformers' loader (cached); one line offline."""
+    """Fetch FILES of hub model `name` with transformers' loader (cached); one line, at once
+    (within HUB_CONNECT_SECONDS), when offline or the hub does not accept a connection."""
     from huggingface_hub import constants
     from transformers.utils import cached_file
 
-    offline = constants.HF_HUB_OFFLINE or not _reachable(constants.ENDPOINT)
+    unreachable = None if constants.HF_HUB_OFFLINE else _unreachable(constants.ENDPOINT)
+    offline = constants.HF_HUB_OFFLINE or unreachable is not None
     try:
         paths = [Path(str(cached_file(name, f, local_files_only=offline))) for f in FILES]
     except Exception as err:  # transformers wraps every hub failure in OSError / its own
         cause = ("offline mode is on (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else
-                 "there is no network (the hub host does not resolve)")
+                 str(unreachable))
         why = (f"{cause} and transformers' cache does not hold it" if offline else
                f"the hub could not serve it ({str(err).strip().splitlines()[0][:160]})")
         raise Gpt1Error(f"not a local directory, and a hub download failed: {why}; download "
@@ -91,17 +117,32 @@ def _download(name: str) -> Path:
     return paths[0].parent  # transformers' cache: one snapshot folder
 
 
-def _reachable(endpoint: str) -> bool:
-    """Whether the hub's host name resolves: without network, fail at once, not after
-    huggingface_hub's retries (each a log line)."""
+HUB_CONNECT_SECONDS = 3.0
+"""How long the hub's host gets to accept a connection before the import stops (instead of
+huggingface_hub's retries, each a log line)."""
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why the hub's host cannot be reached (no DNS, connection refused, no answer within
+    HUB_CONNECT_SECONDS), or None when it accepts a connection."""
     import socket
     from urllib.parse import urlparse
 
+    url = urlparse(endpoint)
+    host = url.hostname or endpoint
+    port = url.port or (80 if url.scheme == "http" else 443)
     try:
-        socket.getaddrinfo(urlparse(endpoint).hostname or endpoint, 443)
+        socket.getaddrinfo(host, port)
     except OSError:
-        return False
-    return True
+        return "there is no network (the hub host does not resolve)"
+    try:
+        socket.create_connection((host, port), timeout=HUB_CONNECT_SECONDS).close()
+    except TimeoutError:
+        return (f"the hub ({host}:{port}) did not answer within {HUB_CONNECT_SECONDS:.0f} s "
+                "(a firewall or proxy?)")
+    except OSError as err:
+        return f"the hub ({host}:{port}) refused the connection ({err.strerror or err})"
+    return None
 
 
 def _read_json(path: Path) -> Any:
@@ -143,9 +184,18 @@ def read_weights(src: Path, cfg: dict[str, Any]) -> dict[str, Any]:
                                      "(pytorch_model.bin) are never loaded" if pickled else ""),
                         path)
     try:
-        state = hf_weights.from_hf(load_file(str(path)))
+        raw = load_file(str(path))
     except SafetensorError as err:
         raise Gpt1Error(f"not a valid safetensors file ({err})", path) from None
+    ours = ("transformer.", "h.", "tokens_embed.", "positions_embed.", "position_ids",
+            hf_weights.HEAD)
+    heads = sorted({k.split(".")[0] for k in raw if not k.startswith(ours)})
+    if heads:
+        raise Gpt1Error(f"holds a task head ({', '.join(h + '.*' for h in heads)}) and no "
+                        f"gpt1_model.json naming its task: import-hf keeps a task head only "
+                        "from a gpt1 export-hf folder; to import the language model alone, "
+                        "re-save it as OpenAIGPTLMHeadModel", path)
+    state = hf_weights.from_hf(raw)
     want = hf_weights.expected_shapes(cfg["vocab_size"], cfg["n_positions"], cfg["n_embd"],
                                       cfg["n_layer"])
     if set(state) != set(want):
@@ -281,15 +331,59 @@ def write_run(src: Path, params: Params, run_dir: str | Path, tok: Any) -> dict[
     return meta
 
 
-def import_hf(source: str | Path, out_dir: str | Path, params: Params) -> Path:
-    """`gpt1 import-hf`: OUT_DIR/model.safetensors, model.json and tokenizer/, all or nothing."""
-    atomic.check_user_folder(out_dir, False, OUT_FILES)
+def import_task_model(src: Path, out_dir: str | Path) -> Path:
+    """An export-hf folder of a fine-tuned model -> that model (its task head kept) as a
+    fine-tuned model folder: model.safetensors, model.json (task, params) and tokenizer/."""
+    import shutil
+
+    from gpt1 import checkpoint, export
+
+    model, meta = export.load_export(src)
+    # a classification export's tokenizer.json carries transformers' input layout; gpt1's own
+    # tokenizer is then gpt1_tokenizer.json (export.own_tokenizer)
+    own = src / export.GPT1_TOKENIZER
+    tok_files = [own if own.is_file() else src / export.TOKENIZER_FILE, src / export.BPE_META]
+    for path in tok_files:
+        if not path.is_file():
+            raise Gpt1Error("missing: the export is incomplete; export the model again", path)
+    digest = hashlib.sha256(tok_files[0].read_bytes()).hexdigest()
+    if meta.get("tokenizer_hash") != digest:
+        raise Gpt1Error(f"not the tokenizer the model was trained with (sha256 {digest[:12]}, "
+                        f"{export.GPT1_META} records {str(meta.get('tokenizer_hash'))[:12]}); "
+                        "export the model again", tok_files[0])
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(src.iterdir())
+             if p.is_file() and p.suffix in (".json", ".safetensors")}
+    with atomic.user_folder(out_dir, False, OUT_FILES, flag=None) as tmp:
+        (tmp / TOKENIZER_DIR).mkdir()
+        for path, name in zip(tok_files, (export.TOKENIZER_FILE, export.BPE_META), strict=True):
+            shutil.copyfile(path, tmp / TOKENIZER_DIR / name)
+        checkpoint.write_model(tmp, model, {**meta, "imported_from": {"source": str(src),
+                                                                      "files": files}})
+    log.info("imported the fine-tuned %s model of %s, its task head kept -> %s", meta["task"],
+             src, out_dir)
+    return Path(out_dir)
+
+
+def import_hf(source: str | Path, out_dir: str | Path, params: Params | None) -> Path:
+    """`gpt1 import-hf`: OUT_DIR/model.safetensors, model.json and tokenizer/, all or nothing.
+    An export-hf folder of a fine-tuned model keeps its task head (`import_task_model`)."""
+    from gpt1 import export
+
+    atomic.check_user_folder(out_dir, False, OUT_FILES, flag=None)
     src = resolve(source)
+    if (src / export.GPT1_META).is_file() and export.read_export_meta(src).get("task"):
+        return import_task_model(src, out_dir)
+    if (src / export.HEAD_FILES[0]).exists():
+        raise Gpt1Error(f"a task head beside the weights, and no {export.GPT1_META} naming its "
+                        "task: import-hf keeps a task head only from a gpt1 export-hf folder; "
+                        "move it away to import the language model alone",
+                        src / export.HEAD_FILES[0])
+    params = base_params(src, params)
     cfg = read_config(src)
     read_weights(src, cfg)  # every refusal before anything is written
     _, merges = read_tokenizer(src, cfg["vocab_size"], params.bpe.special_tokens)
     run_params = model_params(params, cfg, len(merges), src / "config.json")
-    with atomic.user_folder(out_dir, False, OUT_FILES) as tmp:
+    with atomic.user_folder(out_dir, False, OUT_FILES, flag=None) as tmp:
         tok = write_tokenizer(src, run_params, tmp / TOKENIZER_DIR)
         write_run(src, run_params, tmp / "run", tok)
         for name in ("model.safetensors", "model.json"):

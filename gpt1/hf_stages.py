@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, hf_import, pretraining, runtime, tracking
+from gpt1 import atomic, bpe, checkpoint, hf_import, micro_batch, pretraining, runtime, tracking
 from gpt1.config import Params
 from gpt1.data import shards
 from gpt1.data.loader import eval_windows
@@ -66,9 +66,10 @@ def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path, re
         model, _ = checkpoint.load_model(run_dir, tok.hash)
         assert isinstance(model, GPT)
         device = runtime.device(params.device)
-        windows = eval_windows(val_tokens, cfg.seq_len, cfg.eval_batches * cfg.micro_batch_seqs)
-        val = pretraining.validation_loss(
-            pretraining.CausalLM(model.to(device)), windows, cfg.micro_batch_seqs,
+        windows = eval_windows(val_tokens, cfg.seq_len, micro_batch.eval_window_count(cfg))
+        micro = cfg.batch_seqs if cfg.micro_batch_seqs == "auto" else cfg.micro_batch_seqs
+        val = pretraining.validation_loss(  # no gradients: a global batch at a time fits
+            pretraining.CausalLM(model.to(device)), windows, micro,
             resolve_precision(cfg.precision, device), 0, 1)
         metrics = {**val, "backend": meta["backend"], "imported_from": meta["imported_from"],
                    "kind": kind, "pretrain_seed": seed}

@@ -1,30 +1,77 @@
 """A model location (`--model` of predict, generate and export-hf) -> a gpt1 model folder.
 
-A location is a pre-training run or fine-tuned model folder (model.json; its tokenizer is
-params.paths.tokenizer unless the folder holds one), an export-hf folder (gpt1_model.json
-beside transformers' files; self-contained), or an MLflow model URI (models:/name/version,
-models:/name@alias, runs:/id/model; self-contained: the registered pyfunc model carries the
-weights and the tokenizer). `located` yields what the tools read: a folder with model.json +
-model.safetensors and the tokenizer folder, written to a temp folder when the location is not
-one already, removed afterwards.
+A location is a pre-training run or fine-tuned model folder (model.json; its tokenizer is the
+first of: the folder itself, its `tokenizer/` (where `gpt1 import-hf` writes it),
+params.paths.tokenizer, the paths.tokenizer the model recorded (relative to the repository the
+folder is in) whose sha256 is the one the model was trained with), an export-hf folder
+(gpt1_model.json beside transformers' files; self-contained), or an MLflow model URI
+(models:/name/version, models:/name@alias, runs:/id/model; self-contained: the registered
+pyfunc model carries the weights and the tokenizer). `located` yields what the tools read: a
+folder with model.json + model.safetensors and the tokenizer folder, written to a temp folder
+when the location is not one already, removed afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from gpt1.errors import Gpt1Error
+from gpt1.repo import repo_root
 
 MLFLOW_SCHEMES = ("models:/", "runs:/")
+TOKENIZER_DIR = "tokenizer"
+"""Where `gpt1 import-hf` writes the imported run's tokenizer (gpt1.hf_import.TOKENIZER_DIR)."""
 
 
 def _has_tokenizer(folder: Path) -> bool:
     from gpt1.bpe import META_FILE, TOKENIZER_FILE
 
     return (folder / TOKENIZER_FILE).is_file() and (folder / META_FILE).is_file()
+
+
+def _recorded_tokenizer(folder: Path, meta: dict[str, Any]) -> Path | None:
+    """The paths.tokenizer a model recorded: absolute, or relative to the repository holding
+    the model folder (None when it names none, or the folder is in no repository)."""
+    raw = (meta.get("params") or {}).get("paths", {}).get("tokenizer")
+    if not isinstance(raw, str):
+        return None
+    if Path(raw).is_absolute():
+        return Path(raw)
+    root = repo_root(folder)
+    return root / raw if (root / "dvc.yaml").is_file() else None
+
+
+def run_tokenizer(folder: Path, tokenizer: str | Path | None) -> Path:
+    """The tokenizer folder of run / fine-tuned model folder `folder`: the first candidate
+    (module docstring) holding the tokenizer the model was trained with; Gpt1Error naming
+    what was found otherwise."""
+    from gpt1 import checkpoint
+    from gpt1.bpe import TOKENIZER_FILE
+
+    meta = checkpoint.read_model_meta(folder)
+    want = meta.get("tokenizer_hash")
+    candidates = [folder, folder / TOKENIZER_DIR, *([Path(tokenizer)] if tokenizer else []),
+                  *filter(None, [_recorded_tokenizer(folder, meta)])]
+    others = []
+    for cand in dict.fromkeys(candidates):
+        if _has_tokenizer(cand):
+            digest = hashlib.sha256((cand / TOKENIZER_FILE).read_bytes()).hexdigest()
+            if digest == want:
+                return cand
+            others.append(f"{cand} ({digest[:12]})")
+    if others:
+        raise Gpt1Error(f"trained with tokenizer {str(want)[:12]}, and the tokenizers found "
+                        f"are others: {'; '.join(others)}; point params paths.tokenizer at its "
+                        "own (an imported run holds it in tokenizer/)",
+                        folder / checkpoint.MODEL_META)
+    raise Gpt1Error("this model folder holds no tokenizer (nor tokenizer/), and there is no "
+                    "params file naming one (paths.tokenizer); run it in the repository or "
+                    "give an export-hf folder or models:/name/version", folder)
 
 
 @contextlib.contextmanager
@@ -38,19 +85,12 @@ def located(location: str, tokenizer: str | Path | None, tracking_uri: str | Non
     if location.startswith(MLFLOW_SCHEMES):
         from gpt1 import tracking
 
-        with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp, _named(tmp, location):
             yield tracking.download_model(location, tracking_uri, Path(tmp))
         return
     folder = Path(location)
     if (folder / checkpoint.MODEL_META).is_file():
-        if _has_tokenizer(folder):
-            yield folder, folder
-        elif tokenizer is None:
-            raise Gpt1Error("this model folder holds no tokenizer and there is no params file "
-                            "naming one (paths.tokenizer); run it in the repository or give an "
-                            "export-hf folder or models:/name/version", folder)
-        else:
-            yield folder, Path(tokenizer)
+        yield folder, run_tokenizer(folder, tokenizer)
         return
     from gpt1 import export
 
@@ -61,6 +101,17 @@ def located(location: str, tokenizer: str | Path | None, tracking_uri: str | Non
         raise Gpt1Error(f"--model: {what}; give a run directory, an export-hf folder or "
                         "models:/name/version", folder)
     model, meta = export.load_export(folder)
-    with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp, _named(tmp, location):
         checkpoint.write_model(Path(tmp), model, meta)
-        yield Path(tmp), folder
+        yield Path(tmp), export.own_tokenizer(folder, Path(tmp) / "tokenizer")
+
+
+@contextlib.contextmanager
+def _named(tmp: str, location: str) -> Iterator[None]:
+    """A refusal about a file of the temp copy names the location the user gave instead."""
+    try:
+        yield
+    except Gpt1Error as err:
+        if err.path is None or not Path(err.path).is_relative_to(tmp):
+            raise
+        raise Gpt1Error(err.problem, location) from None

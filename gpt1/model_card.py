@@ -4,6 +4,7 @@ tags), then what the model is, its data, params, scores (a table) and limits."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 LICENSE = "mit"
@@ -11,28 +12,82 @@ LICENSE = "mit"
 HF_METRICS = {"acc": "accuracy", "f1": "f1", "mcc": "matthews_correlation",
               "pearson": "pearsonr", "spearman": "spearmanr"}
 """Our score names -> the Hub's metric ids."""
+PIPELINES = {"OpenAIGPTForSequenceClassification": "text-classification",
+             "OpenAIGPTDoubleHeadsModel": "multiple-choice"}
+"""The exported class -> the pipeline it serves (an LM: text-generation; a task body exported as
+an LM beside its head serves none)."""
 
 
-def metadata(meta: dict[str, Any]) -> Any:
-    """The card's ModelCardData: the pre-training corpus and the task's dataset, the task's
-    metrics, and the pipeline the exported class serves."""
-    from huggingface_hub import ModelCardData
+def corpus(p: dict[str, Any]) -> str:
+    """The pre-training corpus the run's body actually saw: the released weights' BooksCorpus
+    for an import, else the hub dataset or the local mirror (Project Gutenberg books when the
+    run strips Gutenberg headers) that `data.source` names."""
+    if p["pretrain"].get("import_hf"):
+        return "bookcorpus"
+    if p["data"]["source"] == "hub":
+        return str(p["data"]["hub_dataset"])
+    return ("project-gutenberg (local mirror)" if p["clean"].get("strip_gutenberg")
+            else "local mirror")
 
+
+def eval_results(meta: dict[str, Any], scores: dict[str, Any] | None) -> list[Any] | None:
+    """The card's `model-index`: each of the task's metrics its metrics file recorded (the
+    mean over fine-tuning seeds, on the task's test split as the record names it)."""
+    from huggingface_hub import EvalResult
+
+    task = meta.get("task")
+    if not task or not scores:
+        return None
+    spec = _task(task)
+    recorded = scores.get("scores", {})
+    out = []
+    for name in dict.fromkeys((spec.metric, *spec.metrics)):
+        value = recorded.get(name)
+        mean = value.get("mean") if isinstance(value, dict) else value
+        if isinstance(mean, int | float) and not isinstance(mean, bool):
+            out.append(EvalResult(
+                task_type="text-classification", dataset_type=task_dataset(spec),
+                dataset_name=spec.title, dataset_config=spec.hub.name if spec.hub else None,
+                dataset_split="test",
+                metric_type=HF_METRICS.get(name.split("_")[0], name), metric_name=name,
+                metric_value=float(mean),
+                metric_config=str(scores.get("scored_on") or "") or None))
+    return out or None
+
+
+def task_dataset(spec: Any) -> str:
+    """A task's dataset: its hub id, or the file of a task of the user's own."""
+    return str(spec.hub.path) if spec.hub else f"{Path(spec.custom.file).name} (local file)"
+
+
+def _task(task: str) -> Any:
     from gpt1.tasks.registry import TASKS
 
+    return TASKS[task]
+
+
+def metadata(meta: dict[str, Any], scores: dict[str, Any] | None = None,
+             arch: str = "OpenAIGPTLMHeadModel") -> Any:
+    """The card's ModelCardData: the pre-training corpus the run used and the task's dataset,
+    the task's metrics, the pipeline the exported class serves, and the recorded scores as
+    `model-index`."""
+    from huggingface_hub import ModelCardData
+
     p, task = meta["params"], meta.get("task")
-    data = p["data"]
-    datasets = [data["hub_dataset"]] if data.get("hub_dataset") else []
+    datasets = [corpus(p)]
     if task:
-        spec = TASKS[task]
-        datasets.append(spec.hub.path)
+        spec = _task(task)
+        datasets.append(task_dataset(spec))
         metrics = [HF_METRICS.get(m, m) for m in spec.metrics]
-        pipeline = "text-classification"
+        pipeline = PIPELINES.get(arch)
     else:
         metrics, pipeline = ["perplexity"], "text-generation"
+    results = eval_results(meta, scores)
     return ModelCardData(license=LICENSE, library_name="transformers", pipeline_tag=pipeline,
                          datasets=datasets, metrics=metrics,
-                         tags=["gpt1", "openai-gpt", *([task] if task else [])])
+                         tags=["gpt1", "openai-gpt", *([task] if task else [])],
+                         model_name=f"gpt1-{task}" if results else None,
+                         eval_results=results)
 
 
 def _score_table(scores: dict[str, Any]) -> list[str]:
@@ -49,9 +104,10 @@ def _score_table(scores: dict[str, Any]) -> list[str]:
     return lines
 
 
-def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | None) -> str:
+def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | None,
+               arch: str = "OpenAIGPTLMHeadModel") -> str:
     """README.md of an export: the metadata header, then the card's text. `head` names how
-    the task head is exported (None for a pre-trained LM)."""
+    the task head is exported (None for a pre-trained LM), `arch` the transformers class."""
     from huggingface_hub import ModelCard
 
     p, task = meta["params"], meta.get("task")
@@ -59,7 +115,9 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | 
     what = (f"GPT-1 fine-tuned on **{task}** ({head})" if task else
             "GPT-1 pre-trained language model (OpenAIGPTLMHeadModel)")
     data = p["data"]
-    source = (f"local mirror `{p['paths']['mirror_dir']}`" if data["source"] != "hub"
+    source = (f"the released weights' corpus (`{corpus(p)}`), imported by `gpt1 import-hf`"
+              if p["pretrain"].get("import_hf") else
+              f"{corpus(p)} `{p['paths']['mirror_dir']}`" if data["source"] != "hub"
               else f"hub dataset `{data['hub_dataset']}`")
     body = [
         f"# gpt1 export: {task or 'pre-trained LM'}", "", what + ", exported by `gpt1 export-hf`"
@@ -82,7 +140,11 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | 
         *(_score_table(scores) if scores else ["No metrics file found for this model."]), "",
         "## Use", "",
         "`gpt1 predict --model <this folder> TEXT` (fine-tuned) or `gpt1 generate --model "
-        "<this folder> PROMPT` answer from this folder alone, outside the repository.", "",
+        "<this folder> PROMPT` answer from this folder alone, outside the repository.",
+        *(["", "`transformers.pipeline(\"text-classification\", model=<this folder>)` gives the "
+           "same labels and probabilities (pairs: `{\"text\": A, \"text_pair\": B}`; one input "
+           "per batch, the model has no padding token)."]
+          if PIPELINES.get(arch) == "text-classification" else []), "",
         "## Limits", "",
         "- Inputs must be standardised like the training text (gpt1.data.clean): transformers'"
         " tokenizer does not run ftfy or the punctuation rules.",
@@ -93,5 +155,5 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | 
            "token's state."] if task else []),
         "",
     ]
-    card = ModelCard(f"---\n{metadata(meta).to_yaml()}\n---\n\n" + "\n".join(body))
+    card = ModelCard(f"---\n{metadata(meta, scores, arch).to_yaml()}\n---\n\n" + "\n".join(body))
     return str(card)

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="+", metavar="TEXT", help="text_a of each example")
     parser.add_argument("--text-b", default="", help="second text (pair tasks), for every TEXT")
     parser.add_argument("--choices", nargs="*", default=[], help="answers (multiple choice)")
-    parser.add_argument("--model", "--model-dir", dest="model",
+    parser.add_argument("--model", "--model-dir", "--run-dir", dest="model",
                         help="a fine-tuned model folder, an export-hf folder or "
                              "models:/name/version (default: <paths.finetuned>/p<first of "
                              "pretrain.seeds>/<task>/model)")
@@ -165,6 +165,13 @@ def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
     if not meta_path.is_file():
         raise Gpt1Error("no fine-tuned model here; run the finetune stage first", meta_path)
     meta = checkpoint.read_model_meta(Path(model_dir))
+    if not meta.get("task"):
+        raise Gpt1Error("a pre-trained language model, not a fine-tuned one (it records no "
+                        "task); predict needs a fine-tuned model (<paths.finetuned>/p<seed>/"
+                        "<task>/model, its export-hf folder or models:/gpt1-<task>/N); "
+                        "`gpt1 generate --model` samples from this one", meta_path)
+    if meta["task"] not in TASKS:
+        raise Gpt1Error(f"task {meta['task']!r} is not one of this project's tasks", meta_path)
     if meta["tokenizer_hash"] != tok.hash:
         raise Gpt1Error("fine-tuned with another tokenizer; re-run finetune", meta_path)
     params = checkpoint.recorded_params(meta, meta_path)

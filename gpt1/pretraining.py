@@ -27,14 +27,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
-from gpt1 import checkpoint
+from gpt1 import checkpoint, micro_batch
 from gpt1.config import Params
 from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import stop_on_signals
 from gpt1.lstm import LSTMLM
+from gpt1.micro_batch import accumulation
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import MetricsSink, progress
@@ -43,12 +43,14 @@ from gpt1.runtime import (
     autocast_for,
     check_shared_dir,
     compile_or_eager,
+    data_parallel,
     distributed,
     resolve_precision,
     stop_agreed,
     to_device,
 )
 from gpt1.runtime import device as run_device
+from gpt1.snapshot import BackgroundWriter, HostCopier
 from gpt1.step import NonFiniteWatch, train_step
 
 log = logging.getLogger(__name__)
@@ -216,12 +218,11 @@ class Evaluator:
     """Validation loss every eval_interval_steps and at the end, appended to the history."""
 
     def __init__(self, cfg: Any, total_steps: int, loss_module: nn.Module, windows: torch.Tensor,
-                 precision: str, rank: int, world: int, history: list[dict[str, Any]],
-                 on_metrics: MetricsSink) -> None:
+                 micro: int, precision: str, rank: int, world: int,
+                 history: list[dict[str, Any]], on_metrics: MetricsSink) -> None:
         self.every, self.total, self.module, self.windows = (cfg.eval_interval_steps,
                                                              total_steps, loss_module, windows)
-        self.micro, self.precision, self.rank, self.world = (cfg.micro_batch_seqs, precision,
-                                                             rank, world)
+        self.micro, self.precision, self.rank, self.world = micro, precision, rank, world
         self.tokens_per_step = cfg.batch_seqs * cfg.seq_len
         self.history, self.on_metrics = history, on_metrics
 
@@ -240,17 +241,18 @@ class Evaluator:
 
 
 class Checkpointer:
-    """A checkpoint every checkpoint_interval_steps, at the end and when stopping (rank 0
-    writes, every rank waits), and the zero-shot weights at log-spaced steps."""
+    """A checkpoint every checkpoint_interval_steps, at the end and when stopping, and the
+    zero-shot weights at log-spaced steps: rank 0 queues a host copy and `writer` writes it in
+    the background (gpt1.snapshot); no rank waits for the write."""
 
     def __init__(self, cfg: Any, total_steps: int, run_dir: Path, lm: nn.Module,
                  optimizer: torch.optim.Optimizer, key: str, meta: dict[str, Any],
-                 params: dict[str, Any], rank: int, world: int) -> None:
+                 params: dict[str, Any], rank: int, writer: BackgroundWriter) -> None:
         self.every, self.total, self.run_dir, self.lm = (cfg.checkpoint_interval_steps,
                                                          total_steps, run_dir, lm)
-        self.optimizer, self.rank, self.world = optimizer, rank, world
+        self.optimizer, self.rank, self.writer = optimizer, rank, writer
         self.key, self.meta, self.params = key, meta, params
-        self.batch_seqs = cfg.batch_seqs
+        self.batch_seqs, self.copier = cfg.batch_seqs, HostCopier()
         self.zero_shot = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints,
                                              cfg.warmup_steps))
 
@@ -262,26 +264,18 @@ class Checkpointer:
 
     def save_zero_shot(self, done: int) -> None:
         if self.rank == 0:
-            checkpoint.save_weights(checkpoint.zeroshot_path(self.run_dir, done), self.lm)
+            path = checkpoint.zeroshot_path(self.run_dir, done)
+            weights = {checkpoint.MODEL_FILE: dict(self.lm.state_dict())}
+            self.writer.submit(lambda: self.copier.copy(weights), lambda host: (
+                checkpoint.save_weights(path, host.groups[checkpoint.MODEL_FILE])))
 
     def save(self, done: int, history: list[dict[str, Any]]) -> None:
         if self.rank == 0:
-            checkpoint.save_checkpoint(self.run_dir, done, self.lm, self.optimizer, {
-                "resume_key": self.key, "data_position": done * self.batch_seqs,
-                "history": history, **self.meta, "params": self.params,
-            })
-        if self.world > 1:
-            dist.barrier()
-
-
-def accumulation(cfg: Any, world: int) -> int:
-    """Micro-batches per rank and update: batch_seqs = micro_batch_seqs x this x ranks, else a
-    Gpt1Error naming the keys (checked before ranks are launched, and by each rank)."""
-    accum, rem = divmod(cfg.batch_seqs, cfg.micro_batch_seqs * world)
-    if rem or accum < 1:
-        raise Gpt1Error(f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
-                        f"{cfg.micro_batch_seqs} x accumulation x {world} ranks")
-    return accum
+            tensors, groups = checkpoint.training_state(self.lm, self.optimizer)
+            state = {"resume_key": self.key, "data_position": done * self.batch_seqs,
+                     "history": list(history), **self.meta, "params": self.params}
+            self.writer.submit(lambda: self.copier.copy(tensors), lambda host: (
+                checkpoint.write_checkpoint(self.run_dir, done, host.groups, groups, state)))
 
 
 def pretrain(
@@ -302,30 +296,35 @@ def pretrain(
     cfg, run_dir = params.pretrain, Path(run_dir)
     device = run_device(params.device)
     precision = resolve_precision(cfg.precision, device)
-    with distributed(device.type) as (rank, world), stop_on_signals() as stop:
-        accum = accumulation(cfg, world)
+    with (distributed(device.type) as (rank, world), stop_on_signals() as stop,
+          BackgroundWriter() as writer):
+        accumulation(cfg, world)
         if world > 1:
             check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
-        val = eval_windows(val_tokens, cfg.seq_len, cfg.eval_batches * cfg.micro_batch_seqs)
+        val = eval_windows(val_tokens, cfg.seq_len, micro_batch.eval_window_count(cfg))
         total_steps = total_steps_for(cfg, sampler.windows_per_epoch)
         lm.to(device).train()
         optimizer = build_optimizer(lm, cfg.lr_max, (cfg.adam_beta1, cfg.adam_beta2),
                                     cfg.adam_eps, cfg.weight_decay)
         key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
-        start, history = _resume(run_dir, lm, optimizer, key, rank)
+        start, history, split = _resume(run_dir, lm, optimizer, key, rank)
         loss_module = CausalLM(lm)
+        size = micro_batch.resolve(cfg, world, split, micro_batch.probe(
+            loss_module, cfg.seq_len, meta["vocab_size"], precision, device,
+            micro_batch.unallocated_bytes(lm, optimizer, world, bucket_view=True)),
+            lambda: micro_batch.memory_limit(device, world), device)
+        accum = accumulation(cfg, world, size)
         module: nn.Module = loss_module
         if world > 1:
-            module = DistributedDataParallel(
-                loss_module, device_ids=[device.index] if device.type == "cuda" else None)
+            module = data_parallel(loss_module, device, cfg.ddp_bucket_mb, cfg.ddp_bf16_grads)
         if cfg.compile:  # DDP compiled as the wrapper: its gradient all-reduce buckets then
             # overlap backward (Dynamo's DDPOptimizer); in place, so state_dict keys and the
             # DDP type (no_sync) stay; one process: the loss module, evaluation included
             compile_or_eager(module, "pretrain.compile")
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
-                 cfg.micro_batch_seqs, accum, world, precision, start)
+                 size, accum, world, precision, start)
         plan = cost_projection(sum(p.numel() for p in lm.parameters()), flops_per_token,
                                total_steps * cfg.batch_seqs * cfg.seq_len)
         log.info("cost: %.4g parameters, %.4g FLOP/token, %.4g tokens planned, %.4g FLOP in all",
@@ -333,10 +332,11 @@ def pretrain(
         watch = NonFiniteWatch(device)
         meter = Meter(cfg, total_steps, start, flops_per_token, device, rank, meta["kind"],
                       on_metrics)
-        evaluator = Evaluator(cfg, total_steps, loss_module, val, precision, rank, world,
+        evaluator = Evaluator(cfg, total_steps, loss_module, val, size, precision, rank, world,
                               history, on_metrics)
-        checkpointer = Checkpointer(cfg, total_steps, run_dir, lm, optimizer, key, meta,
-                                    params.as_dict(), rank, world)
+        split = {"micro_batch_seqs": size, "world_size": world}
+        checkpointer = Checkpointer(cfg, total_steps, run_dir, lm, optimizer, key,
+                                    {**meta, "split": split}, params.as_dict(), rank, writer)
         last: dict[str, float] = {}
         if start == 0 and checkpointer.zero_shot_due(0):
             checkpointer.save_zero_shot(0)  # the random init: Figure 2 right's first point
@@ -344,8 +344,7 @@ def pretrain(
             meter.start_step(step)
             micro = [
                 (micro_batch_seed(params.seed, step, m),
-                 to_device(sampler.batch(step * cfg.batch_seqs + m * cfg.micro_batch_seqs,
-                                         cfg.micro_batch_seqs), device))
+                 to_device(sampler.batch(step * cfg.batch_seqs + m * size, size), device))
                 for m in range(rank * accum, (rank + 1) * accum)
             ]
             lr = lr_at(step, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
@@ -373,12 +372,14 @@ def pretrain(
                 checkpointer.save(done, history)
             if stopping and done < total_steps:
                 meter.bar.close()
+                writer.wait()  # the checkpoint is on disk (or its error raised) before the stop
                 raise stop.stop(f"stopped at step {done}; re-run to resume")
         meter.bar.close()
+        writer.wait()  # every checkpoint and zero-shot file written: model.json hashes them
         if rank == 0:
             checkpoint.write_model(run_dir, lm, {
                 **meta, "params": params.as_dict(), "step": total_steps, "precision": precision,
-                "arch": params.model.arch if meta["kind"] == "gpt" else "lstm",
+                "arch": params.model.arch if meta["kind"] == "gpt" else "lstm", "split": split,
             })
         final = history[-1] if history else {}
         return {
@@ -386,14 +387,17 @@ def pretrain(
             "val_loss": final.get("val_loss"), "val_ppl": final.get("val_ppl"),
             "tokens_per_s": meter.tokens_per_s,
             "flops_per_s": meter.tokens_per_s * flops_per_token,
-            "precision": precision, "world_size": world, "history": history,
+            "precision": precision, "world_size": world, "micro_batch_seqs": size,
+            "accumulation": accum, "checkpoint_blocking_s": writer.blocking_s,
+            "checkpoint_writing_s": writer.writing_s, "history": history,
         }
 
 
 def _resume(
     run_dir: Path, lm: nn.Module, optimizer: torch.optim.Optimizer, key: str, rank: int
-) -> tuple[int, list[dict[str, Any]]]:
-    """(start step, eval history) from the latest checkpoint, or (0, []) for a fresh run.
+) -> tuple[int, list[dict[str, Any]], dict[str, Any] | None]:
+    """(start step, eval history, the batch split recorded) from the latest checkpoint, or
+    (0, [], None) for a fresh run.
 
     Checkpoints written with other trajectory-defining params are discarded (the run restarts),
     as DVC would have deleted a non-persistent output.
@@ -415,6 +419,6 @@ def _resume(
         if dist.is_initialized():
             dist.barrier()
     if not resumes:
-        return 0, []
+        return 0, [], None
     log.info("resuming from %s (step %d)", ckpt, state["step"])
-    return int(state["step"]), list(state["history"])
+    return int(state["step"]), list(state["history"]), state.get("split")

@@ -3,7 +3,9 @@
 A record is two JSON files per stage: `<stage>.json` holds the scores only (the DVC metric, so
 `dvc metrics show/diff` carry nothing that changes on a re-run with the same outputs) and the
 sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and, once
-`start_clock` ran, `wall_seconds`. `read_metrics` merges the two back into one dict per stage.
+`start_clock` ran, `wall_seconds`, and once `declare_stage` ran, `stage_hash` (the hash of the
+params the stage declares in dvc.yaml: gpt1.freshness). `read_metrics` merges the two back into
+one dict per stage.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpt1 import atomic
+from gpt1 import atomic, freshness
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.registry import TASKS, Origin, TaskSpec
@@ -32,12 +34,21 @@ INFO_SUFFIX = ".info.json"
 """The sidecar beside a stage's scores file: what is not a score."""
 
 _clock: dict[str, float] = {}
+_stage: dict[str, str] = {}
 
 
 def start_clock(at: float | None = None) -> None:
     """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
     sidecar of every record written after it carries `wall_seconds` since then."""
     _clock["start"] = time.perf_counter() if at is None else at
+
+
+def declare_stage(stage: str, params: Params) -> None:
+    """This process runs dvc.yaml's stage `stage` on `params` (the params file's, before any
+    override of a variant): every record written after it carries the stage's `stage_hash`.
+    Outside a DVC repository (no dvc.yaml) there is no stage, and no stage hash."""
+    if freshness.dvc_yaml().is_file():
+        _stage["hash"] = freshness.stage_hash(params, stage)
 
 
 def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
@@ -54,6 +65,8 @@ def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
     info = {k: v for k, v in metrics.items() if k not in scores}
     if "start" in _clock:
         info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
+    if "hash" in _stage:
+        info["stage_hash"] = _stage["hash"]
     atomic.write_json(info_path, {**info, "config_hash": params.digest()})
     atomic.write_json(path, {k: metrics[k] for k in scores})
     return path, info_path
@@ -105,9 +118,62 @@ def _read_json(path: Path) -> Any:
         raise Gpt1Error(f"not valid JSON ({err})", path) from None
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_score(value: Any) -> bool:
+    """{"mean": number, "sd": number or null, "per_seed": [number] or null} (sd, per_seed
+    optional)."""
+    return (isinstance(value, dict) and _is_number(value.get("mean"))
+            and (value.get("sd") is None or _is_number(value["sd"]))
+            and (value.get("per_seed") is None or (isinstance(value["per_seed"], list)
+                                                   and all(map(_is_number, value["per_seed"])))))
+
+
+RECORD_FIELDS: dict[str, tuple[str, Any]] = {
+    "task": ("a string", lambda v: isinstance(v, str)),
+    "variant": ("a string", lambda v: isinstance(v, str)),
+    "metric": ("a string", lambda v: isinstance(v, str)),
+    "pretrain_seed": ("an integer", _is_int),
+    "layers_transferred": ("an integer or null", lambda v: v is None or _is_int(v)),
+    "seeds": ("a list of integers", lambda v: isinstance(v, list) and all(map(_is_int, v))),
+    "runs": ("a list of [pre-training seed, seed] integer pairs",
+             lambda v: isinstance(v, list) and all(isinstance(r, list) and len(r) == 2
+                                                   and all(map(_is_int, r)) for r in v)),
+}
+"""Fields the report reads from a record -> (what they must be, check)."""
+SCORED_STEMS = ("finetune_", "layers_")
+"""Records whose `scores` are {metric: {"mean", "sd", "per_seed"}} (fine-tuning, Figure 2 left)."""
+
+
+def check_record(stem: str, record: dict[str, Any], files: tuple[Path, Path]) -> None:
+    """Gpt1Error naming the file and field when a field the report reads has the wrong type."""
+    def fail(field: str, what: str) -> None:
+        where = files[0] if field in json.loads(files[0].read_text(encoding="utf-8")) else files[1]
+        shown = repr(record[field])
+        shown = shown if len(shown) <= 120 else shown[:117] + "..."
+        raise Gpt1Error(f"field {field!r} is {shown}, expected {what}; restore the "
+                        "file (git checkout, or re-run its stage)", where)
+
+    for field, (what, ok) in RECORD_FIELDS.items():
+        if field in record and not ok(record[field]):
+            fail(field, what)
+    if stem.startswith(SCORED_STEMS) and "scores" in record:
+        scores = record["scores"]
+        if not isinstance(scores, dict) or not all(map(_is_score, scores.values())):
+            fail("scores", 'a mapping of metric -> {"mean": number, "sd": number, '
+                           '"per_seed": [number]}')
+
+
 def read_metrics(metrics_dir: str | Path) -> Metrics:
     """Every stage record under metrics_dir by stem: `<stem>.json` (the scores) merged with its
-    sidecar `<stem>.info.json` when there is one; a damaged file is a Gpt1Error naming it."""
+    sidecar `<stem>.info.json` when there is one; a damaged file, or a field the report reads
+    of the wrong type (`check_record`), is a Gpt1Error naming it."""
     out: Metrics = {}
     for path in sorted(Path(metrics_dir).glob("*.json")):
         if path.name.endswith(INFO_SUFFIX):
@@ -115,7 +181,11 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
         data = _read_json(path)
         info = path.with_name(path.stem + INFO_SUFFIX)
         if isinstance(data, dict):
-            out[path.stem] = {**(_read_json(info) if info.is_file() else {}), **data}
+            info_data = _read_json(info) if info.is_file() else {}
+            if not isinstance(info_data, dict):
+                raise Gpt1Error("not a JSON object (a stage record's sidecar)", info)
+            out[path.stem] = {**info_data, **data}
+            check_record(path.stem, out[path.stem], (path, info))
     return out
 
 
@@ -168,10 +238,12 @@ def pool_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
 def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
     """task -> fine-tuning record of one variant (`full` = the finetune stage; Table 5 rows =
     finetune_<variant>_<task>), grouped by the records' own task / variant fields: the
-    records of several pre-training seeds are pooled into one (`pool_runs`)."""
+    records of several pre-training seeds are pooled into one (`pool_runs`). A record of a
+    task the params no longer declare (a custom task since removed) is left out."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for stem, m in sorted(metrics.items()):
-        if stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m:
+        if (stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m
+                and m.get("task") in TASKS):
             groups.setdefault(m["task"], []).append(m)
     return {task: pool_runs(recs) for task, recs in groups.items()}
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StopRequest
@@ -166,6 +167,44 @@ def distributed(device_type: str) -> Iterator[tuple[int, int]]:
     finally:
         if owned:
             dist.destroy_process_group()
+
+
+def data_parallel(module: torch.nn.Module, device: torch.device, bucket_mb: int,
+                  bf16_grads: bool) -> DistributedDataParallel:
+    """`module` under DDP as pre-training runs it: gradients are views of the all-reduce
+    buckets (no second copy of every gradient, no copy in and out of the buckets), buckets of
+    `bucket_mb` MB (pretrain.ddp_bucket_mb: smaller buckets start reducing earlier in backward,
+    so less is left after the last gradient, the tied embedding's, is ready), and with
+    `bf16_grads` (pretrain.ddp_bf16_grads) gradients all-reduced in bf16 (half the bytes;
+    the mean is rounded to bf16 before the fp32 update)."""
+    ddp = DistributedDataParallel(
+        module, device_ids=[device.index] if device.type == "cuda" else None,
+        gradient_as_bucket_view=True, bucket_cap_mb=bucket_mb)
+    if bf16_grads:
+        ddp.register_comm_hook(None, _bf16_all_reduce)
+    return ddp
+
+
+def _bf16_all_reduce(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: a bucket's mean gradient all-reduced in bf16, written back to
+    the fp32 bucket (as torch's bf16_compress_hook, which is nccl-only; this one runs on gloo
+    too)."""
+    buffer = bucket.buffer()
+    half = buffer.to(torch.bfloat16).div_(dist.get_world_size())
+    reduced = dist.all_reduce(half, async_op=True)
+    assert reduced is not None
+
+    def unpack(fut: torch.futures.Future[Any]) -> torch.Tensor:
+        buffer.copy_(fut.value()[0])
+        return buffer
+
+    return reduced.get_future().then(unpack)
+
+
+# DDP checks the hook's annotations against the classes themselves; this module's postponed
+# annotations (`from __future__ import annotations`) would leave them strings.
+_bf16_all_reduce.__annotations__.update(bucket=dist.GradBucket,
+                                        **{"return": torch.futures.Future[torch.Tensor]})
 
 
 def ranks_to_launch(nproc: int | str, requested_device: str) -> int:

@@ -67,8 +67,11 @@ def prefect_home() -> Path:
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 serve [--stop]`."""
     if args.stop:
-        stop(prefect_home() / STATE_FILE, args.timeout)
+        state = prefect_home() / STATE_FILE
+        stopped = stop(state, args.timeout)
         remove_settings(repo_root())
+        print(f"stopped {', '.join(stopped)}" if stopped else
+              f"nothing to stop: no service `gpt1 serve` started is running ({state})")
     else:
         start(params, args.prefect_port, not args.no_ui, args.timeout)
 
@@ -133,6 +136,23 @@ def _cli(name: str) -> str:
     return str(exe) if exe.exists() else name
 
 
+REMOTE_ENV = "GPT1_DVC_REMOTE"
+"""prefect.yaml's demo-remote reads its `dvc_remote_url` from it at deploy time."""
+
+
+def remote_url(root: Path, name: str | None) -> str:
+    """The URL the checkout at `root` resolves for its DVC remote `name` (a relative path
+    made absolute, as DVC reads it): the remote a worker's clone elsewhere must use; "" for
+    none or an unknown one (a demo-remote run then stops, naming orchestrate.dvc_remote)."""
+    if not name:
+        return ""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        remote = repo.config["remote"].get(name)
+    return "" if remote is None else str(remote["url"])
+
+
 def clone_source(root: Path) -> dict[str, str]:
     """$GPT1_REPOSITORY and $GPT1_BRANCH for the deploy (the user's values win): the
     repository a worker on another machine clones (this checkout's `origin`, else the checkout
@@ -162,6 +182,8 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
         **os.environ,
         "PWD": str(root),  # prefect.yaml's working directory is "{{ $PWD }}" at deploy time
         **clone_source(root),  # what demo-remote's git_clone pull step clones
+        REMOTE_ENV: os.environ.get(REMOTE_ENV)  # and the DVC remote that clone uses
+        or remote_url(root, params.orchestrate.dvc_remote),
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -217,7 +239,8 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
     log.info("Prefect UI http://%s:%d; %s points Prefect commands run in %s at it", HOST,
              prefect_port, settings.name, root)
     if "mlflow-ui" in services:
-        log.info("MLflow UI %s (ready in about 30 s)", params.tracking.ui_url)
+        log.info("MLflow UI %s (ready in about 30 s): the runs of %r", tracking.experiment_url(
+            params), params.tracking.experiment)
     log.info("stop everything with: gpt1 serve --stop")
     save()
     return _read_state(path)

@@ -22,6 +22,7 @@ from gpt1 import (
     atomic,
     bpe,
     checkpoint,
+    freshness,
     hf_stages,
     logged_models,
     networks,
@@ -43,6 +44,7 @@ from gpt1.finetune import (
     resolve_hparams,
     train_subset_seed,
 )
+from gpt1.floor import floor_stage  # noqa: F401 (the `floor` stage, dispatched by name)
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
 from gpt1.report import document
@@ -77,9 +79,10 @@ def _read_corpus(params: Params) -> Any:
 
 def scan_mirror(params: Params) -> dict[str, int]:
     """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
-    folders = {name: spec.mirror_dir for name, spec in TASKS.items()}
+    folders = {name: spec.mirror_dir for name, spec in TASKS.items() if spec.custom is None}
+    files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
-                                 params.paths.mirror_scan)
+                                 params.paths.mirror_scan, files)
     hf_stages.scan(params)  # and the checkpoint pretrain.import_hf names (gpt1/hf_stages.py)
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
@@ -127,6 +130,13 @@ def check_corpus(params: Params) -> dict[str, Any]:
         raise Gpt1Error(f"{checks.summarize(report)} (Data Docs {report['data_docs']})",
                         params.paths.corpus_checks)
     return metrics
+
+
+def data_docs(params: Params) -> dict[str, Any]:
+    """One Data Docs home page over every data gate's site (readable offline)."""
+    gates: dict[str, str | Path] = {"corpus": params.paths.corpus_checks}
+    gates.update({t: Path(params.paths.tasks) / t / "checks.json" for t in params.finetune.tasks})
+    return {"home": str(checks.write_home(params.paths.data_docs, gates))}
 
 
 def train_bpe(params: Params) -> dict[str, Any]:
@@ -231,11 +241,11 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     tables = load.load_task(spec, params.tasks, mirror)
     docs = Path(params.paths.data_docs) / "tasks" / task
     with tracking.start_run(f"prepare_task_{task}", params):
-        report = load.validate_tables(tables, spec, Path(mirror) / "tasks" if mirror else "",
-                                      docs)
+        report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
+                                      if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")
     load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
-    metrics = {"task": task, "source": "mirror" if mirror else "hub",
+    metrics = {"task": task, "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                "checks_passed": all(r["success"] for r in report.values())}
     records.write_metrics(params, f"prepare_task_{task}", metrics, ("rows",))
@@ -339,9 +349,8 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
 def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     """The lr pilot of a Table 5 baseline: every lr of ablations.pilot.lr_grid fine-tunes on
     the training pool minus a carved dev split (seeded, ablations.pilot.dev_examples) and is
-    scored on that split; the best (degenerate predictors last, then the score, the lower
-    log-loss, ties to the larger lr) is the ablation's lr. Runs on the first pre-training seed.
-    No scored split is touched."""
+    scored on that split; the best (one class last, then score, log-loss, the larger lr) is the
+    ablation's lr. Runs on the first pre-training seed. No scored split is touched."""
     cfg = params.ablations.pilot
     abl = params.ablations
     if variant not in abl.variants or task not in abl.tasks:
@@ -369,7 +378,9 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                         paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
                                "finetuned": str(base / "runs")})
         kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-        m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}", stem=f"lr_{lr:g}")
+        with tracking.child_scope(f"lr={lr:g}", run, {"gpt1.lr_candidate": f"{lr:g}"}):
+            m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}",
+                                 stem=f"lr_{lr:g}")
         pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
         flat = {k: v["mean"] for k, v in m["scores"].items()}
         scores[f"{lr:g}"] = flat[spec.metric]
@@ -381,21 +392,12 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                              f"{len(pool)}-example training pool ({spec.sources['train']}); "
                              "trained on the rest, capped as the task's fine-tuning"),
                "chosen_by": ("dev " + ("accuracy" if spec.metric == "f1" else spec.metric)
-                             + "; predictions >= 95 % one class rank last; then the lower "
-                             "log-loss; ties to the larger lr"),
+                             + "; >= 95 % one class last, lower log-loss next, larger lr on ties"),
                "pretrain_seed": seed, "seed": cfg.seed}
-    _record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"))
-    return metrics
-
-
-def floor(params: Params, task: str) -> dict[str, Any]:
-    """Table 5's bag-of-words floor on one task (gpt1/floor.py), recorded like every arm."""
-    from gpt1 import floor as floor_arm  # scikit-learn: imported by this stage only
-
-    stem = f"finetune_{floor_arm.VARIANT}_{task}"
-    with tracking.start_run(stem, params):
-        metrics = floor_arm.run(params, task)
-        record(params, stem, metrics, ("scores",) if "scores" in metrics else ())
+    with tracking.start_run(f"lr_pilot_{variant}_{task}", params):  # the stage's own run
+        record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"),
+               summary={"chosen_lr": chosen, f"chosen_dev_{spec.metric}": scores[f"{chosen:g}"],
+                        "dev_scores": scores})
     return metrics
 
 
@@ -434,7 +436,8 @@ def _zeroshot(params: Params, name: str, kind: str, seed: int | None) -> dict[st
 
 def report(params: Params) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
-    metrics = records.read_metrics(params.paths.metrics)
+    # the current stages' records only: another config's leftovers are not this run's
+    metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))
     expected = {f"finetune_{v}_{t}_p{p}": ablation_params(
                     params, v, lr=metrics.get(f"lr_pilot_{v}_{t}", {}).get("chosen_lr")).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks

@@ -2,8 +2,8 @@
 
 `train_step` accumulates gradients over micro-batches, clips and steps without a host sync;
 the update is skipped on the device when the loss or the gradient norm is not finite.
-Fine-tuning reads every step (`step_values`); pre-training reads only at its sync points and
-keeps the first bad step in a `NonFiniteWatch`.
+Both loops read only at their sync points (log points; pre-training also evaluation and
+checkpoints) and keep the first bad step in a `NonFiniteWatch`; `step_values` reads one step.
 """
 
 from __future__ import annotations
@@ -113,14 +113,16 @@ class NonFiniteWatch:
         self.first = torch.where(new, step, self.first)
         self.values = torch.where(new, torch.stack([loss.double(), norm.double()]), self.values)
 
-    def check(self, run_dir: Path) -> None:
-        """Raise NonFiniteLossError naming the first bad step (0-based), if there was one."""
+    def check(self, run_dir: Path | None = None) -> None:
+        """Raise NonFiniteLossError naming the first bad step (0-based), if there was one, and
+        the last good checkpoint of `run_dir` (pre-training; fine-tuning keeps none)."""
         first = int(self.first.item())
         if first >= 0:
+            loss, norm = self.values.tolist()
+            message = f"non-finite loss {loss} / grad norm {norm} at step {first}; stopped"
+            if run_dir is None:
+                raise NonFiniteLossError(message)
             from gpt1 import checkpoint  # here: one optimiser update needs no checkpoint code
 
-            loss, norm = self.values.tolist()
             kept = checkpoint.latest_checkpoint(run_dir)
-            raise NonFiniteLossError(
-                f"non-finite loss {loss} / grad norm {norm} at step {first}; stopped, last good "
-                f"checkpoint kept: {kept}", run_dir)
+            raise NonFiniteLossError(f"{message}, last good checkpoint kept: {kept}", run_dir)

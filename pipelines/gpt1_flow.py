@@ -1,10 +1,13 @@
 """Prefect flow over the DVC pipeline: one task per DVC stage, each `dvc repro --single-item`.
 
 The stage graph is read from DVC (pipelines.dag), so dvc.lock stays the record and DVC decides
-what is stale: a re-run skips finished stages, and a stage that checkpoints resumes. Each stage
-task waits for its upstream stages' futures (`wait_for`), so Prefect itself orders the stages
-and skips those downstream of a failure; stages with no path between them run at once, at most
-params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit). Only
+what is stale: stages `dvc status` finds up to date (with nothing changed upstream) are not
+scheduled at all, so a cached re-run takes about as long as `dvc repro`'s, and a stage that
+checkpoints resumes. Each stage waits for its upstream stages, then for its devices and a stage
+slot, and only then becomes a Prefect task (Running only while it works, its upstream futures
+as `wait_for`); stages with no path between them run at once, at most
+params.orchestrate.max_parallel_stages of them (a Prefect global concurrency limit; `auto`:
+one per device handed out, pipelines.devices), and none downstream of a failure runs. Only
 params.orchestrate.io_stages are retried, and never on a config error (exit code 2: retrying
 cannot heal it). A preset other than params.yaml runs in its own working copy
 (pipelines.workcopy), never by changing the workspace's params.yaml. One MLflow parent run per
@@ -16,11 +19,13 @@ says.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import TaskRun
 from prefect.concurrency.sync import concurrency
-from prefect.futures import PrefectFuture, wait
+from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 from prefect.states import State
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -39,13 +44,14 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from gpt1 import tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from pipelines.dag import StagePlan, read_plan, select
-from pipelines.devices import DevicePool
-from pipelines.publish import publish_run
+from pipelines.dag import StagePlan, read_plan, select, to_run
+from pipelines.devices import DevicePool, sharing_warning, stage_slots, worker_devices
+from pipelines.publish import publish_run, share_remote
 from pipelines.workcopy import workspace_for
 
 # The Prefect global concurrency limit every stage task holds a slot of while it runs; the flow
-# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine).
+# sets it to params.orchestrate.max_parallel_stages (shared by concurrent flow runs: one machine;
+# `auto`: one per device handed out).
 STAGE_SLOTS = "gpt1-stages"
 # A held slot's lease, renewed by the holder every 3/4 of it. A lost worker (killed machine)
 # renews nothing, so its slots return once this expires (plus the server's 15 s sweep); Prefect's
@@ -127,20 +133,16 @@ def _dvc(args: list[str], root: Path, env: dict[str, str]) -> list[str]:
       retry_condition_fn=retry_io_error)
 def run_stage(
     stage: StagePlan, params: Params, root: str, env: dict[str, str], parent: str | None,
-    devices: DevicePool | None = None,
+    visible: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs; the stage's
-    MLflow run (nested under `parent`) gets its metrics files. With a device pool, the stage
-    runs on the devices it holds from it (CUDA_VISIBLE_DEVICES)."""
+    MLflow run (nested under `parent`) gets its metrics files. `visible`: the devices the
+    stage holds (CUDA_VISIBLE_DEVICES), taken before this task was created (run_graph)."""
     where = Path(root)
     remote = params.orchestrate.dvc_remote
-    pool = devices or DevicePool(())
-    with concurrency(STAGE_SLOTS, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS,
-                     raise_on_lease_renewal_failure=False), \
-            pool.hold(stage.base) as visible, \
-            tracking.stage_run(stage.name, params, parent) as run_id:
+    with tracking.stage_run(stage.name, params, parent) as run_id:
         started = time.time()
-        env = {**env, **visible}
+        env = {**env, **(visible or {})}
         stage_env = {**env, tracking.STAGE_RUN_ENV: run_id} if run_id else env
         if remote and stage.upstream:
             _dvc(["pull", "--allow-missing", "-r", remote, *stage.upstream], where, stage_env)
@@ -157,42 +159,101 @@ def run_stage(
     return {"stage": stage.name, "status": status, "started": started, "finished": time.time()}
 
 
+UP_TO_DATE = "unchanged (up to date in dvc.lock: not scheduled)"
+
+
 def run_graph(
     plan: list[StagePlan], params: Params, root: Path, env: dict[str, str], parent: str | None
 ) -> list[dict[str, Any]]:
-    """Submit every stage at once, each waiting for its upstream stages' futures; Prefect runs a
-    stage when they completed and never runs one downstream of a failure. Records in plan
-    order."""
-    orch = params.orchestrate
+    """Run the stages `dvc repro` would run, in DVC's order; records in plan order.
+
+    The always-changed stages (scan_mirror) run first; then `dvc status` (pipelines.dag.to_run)
+    names the stages that changed and everything downstream of them, and only those are
+    scheduled: an up-to-date stage gets no task at all. Each scheduled stage waits in its own
+    thread for its upstream stages, then for its devices and a stage slot (a Prefect global
+    concurrency limit), and only then becomes a Prefect task, so a task is Running only while
+    it works; a stage downstream of a failure never runs."""
+    orch, logger = params.orchestrate, get_run_logger()
+    handed_out = worker_devices(orch, params.device, env)
+    slots = stage_slots(orch, handed_out)
+    logger.info("devices handed out: %s; up to %d stages at once",
+                ",".join(handed_out) or "none", slots)
+    shared = sharing_warning(handed_out, slots, params.device, env)
+    if shared:
+        logger.warning("%s", shared)
     with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, orch.max_parallel_stages)
+        client.upsert_global_concurrency_limit_by_name(STAGE_SLOTS, slots)
+    devices = DevicePool(handed_out)  # this flow run's stages share the worker's devices
+    # one thread per stage: a stage waiting for its upstream or a slot holds a thread only
+    runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=len(plan) or 1)
     futures: dict[str, PrefectFuture[dict[str, Any]]] = {}
-    devices = DevicePool(orch.devices)  # this flow run's stages share the worker's devices
-    # one thread per stage: a stage waiting for its upstream holds a thread, not a slot
-    runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=len(plan))
-    with runner:
-        for s in plan:  # topological: a stage's upstream is submitted before it
+    done = {s.name: threading.Event() for s in plan}
+    completed: set[str] = set()
+    errors: dict[str, str] = {}  # a stage whose slot or devices could not be had
+
+    def launch(s: StagePlan) -> None:
+        try:
+            for u in s.upstream:
+                if u in done:
+                    done[u].wait()
+            if any(u in done and u not in completed for u in s.upstream):
+                return  # upstream failed (or was not run): this one is not run either
             io = s.base in orch.io_stages
             stage_task = run_stage.with_options(
                 retries=orch.io_retries if io else 0,
                 retry_delay_seconds=orch.io_retry_delay_seconds if io else 0,
             )
-            futures[s.name] = runner.submit(
-                stage_task, {"stage": s, "params": params, "root": str(root), "env": env,
-                             "parent": parent, "devices": devices},
-                wait_for=[futures[u] for u in s.upstream if u in futures],
-            )
-        wait(list(futures.values()))
+            # devices before the slot: a stage holding a slot never waits for devices, and
+            # the pool's order (pre-training first) is not undone by a race for the slots
+            with devices.hold(s.base) as visible, \
+                    concurrency(STAGE_SLOTS, occupy=1, strict=True,
+                                lease_duration=SLOT_LEASE_SECONDS,
+                                raise_on_lease_renewal_failure=False):
+                futures[s.name] = runner.submit(
+                    stage_task, {"stage": s, "params": params, "root": str(root), "env": env,
+                                 "parent": parent, "visible": visible},
+                    wait_for=[futures[u] for u in s.upstream if u in futures],
+                )
+                futures[s.name].wait()
+            if futures[s.name].state.is_completed():
+                completed.add(s.name)
+        except Exception as err:  # noqa: BLE001 - reported as the stage's failure
+            errors[s.name] = f"{type(err).__name__}: {err}"
+        finally:
+            done[s.name].set()
+
+    def schedule(stages: list[StagePlan]) -> None:
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(launch, s),
+                                    name=f"stage {s.name}", daemon=True) for s in stages]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    with runner:
+        always = [s for s in plan if s.always_changed]
+        schedule(always)
+        stale = to_run(root, plan)  # after scan_mirror: the mirror's changes are in its outs
+        for s in plan:
+            if s.name not in stale and not s.always_changed:
+                completed.add(s.name)
+                done[s.name].set()
+        schedule([s for s in plan if s.name in stale and not s.always_changed])
     records: list[dict[str, Any]] = []
     for s in plan:
-        state = futures[s.name].state
+        future = futures.get(s.name)
+        if future is None:
+            records.append({"stage": s.name, "status": UP_TO_DATE} if s.name in completed
+                           else {"stage": s.name, "status": "failed", "error": errors[s.name]}
+                           if s.name in errors
+                           else {"stage": s.name, "status": "not run (upstream failed)"})
+            continue
+        state = future.state
         if state.is_completed():
             records.append(state.result())
-        elif state.is_failed() or state.is_crashed():
+        else:
             records.append({"stage": s.name, "status": "failed",
                             "error": str(state.result(raise_on_failure=False))})
-        else:
-            records.append({"stage": s.name, "status": "not run (upstream failed)"})
     return records
 
 
@@ -229,15 +290,19 @@ def _headline(metrics: dict[str, Any]) -> list[tuple[str, str]]:
 
 @flow(name="gpt1")
 def gpt1_pipeline(
-    params_path: str = "params.yaml", stages: list[str] | None = None, publish: bool = False
+    params_path: str = "params.yaml", stages: list[str] | None = None, publish: bool = False,
+    dvc_remote_url: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run the DVC pipeline (or `stages` plus their upstream) at the preset `params_path`: in
     the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy).
-    `publish` (a worker on another machine): push the run's git-tracked results to the
-    repository the worker cloned, as branch gpt1-runs/<flow run> (pipelines.publish)."""
+    `publish` (a worker on another machine): use the deployer's DVC remote `dvc_remote_url`
+    and push the run's git-tracked results to the repository the worker cloned, as branch
+    gpt1-runs/<flow run> (pipelines.publish)."""
     logger = get_run_logger()
     root, params = workspace_for(Path.cwd(), params_path)
     tracking.check_store(params)  # before any stage runs: an unusable store is one line
+    if publish:  # a clone on another machine: the deployer's remote, not a relative default
+        share_remote(root, params, dvc_remote_url)
     logger.info("working directory %s, params %s", root, params_path)
     plan = select(read_plan(root), stages)
     logger.info("stages: %s", ", ".join(s.name for s in plan))
@@ -250,7 +315,8 @@ def gpt1_pipeline(
         table = results_markdown(root, plan, records, link)
         create_markdown_artifact(table, key="gpt1-results", description="gpt1 pipeline results")
         tracking.log_text(table, "pipeline_run.md")
-        failed = [r["stage"] for r in records if r["status"] not in ("ran", "unchanged")]
+        failed = [r["stage"] for r in records
+                  if r["status"] not in ("ran", "unchanged", UP_TO_DATE)]
         if failed:
             raise Gpt1Error(f"stages did not complete: {', '.join(failed)}", "dvc.yaml")
     if publish:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import html
+import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -87,11 +89,13 @@ def _short(value: Any) -> Any:
     return value
 
 
-def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any],
-                    docs_dir: Path | None, asset: str, run_name: str) -> Any:
-    """Validate df (data asset `asset`) against the expectations as one suite through a GX
-    checkpoint run named `run_name` (the stage); with docs_dir, build a local Data Docs site
-    there whose pages name the asset, and whose index lists the validations offline."""
+def _run_checkpoints(gx: Any, name: str, frames: dict[str, pd.DataFrame],
+                     expectations: list[Any], docs_dir: Path | None, run_name: str
+                     ) -> dict[str, Any]:
+    """Validate each frame (data asset = its key) against the expectations, one suite, each
+    through a GX checkpoint run named `run_name` (the stage); with docs_dir, build ONE local
+    Data Docs site there over all of them, whose pages name the asset and whose index lists the
+    validations offline. Returns asset -> validation result."""
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -103,27 +107,65 @@ def _run_checkpoint(gx: Any, name: str, df: pd.DataFrame, expectations: list[Any
             "store_backend": {"class_name": "TupleFilesystemStoreBackend",
                               "base_directory": str(docs_dir.resolve())},
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}})
-    batch_def = (ctx.data_sources.add_pandas(f"{name}_source")
-                 .add_dataframe_asset(asset).add_batch_definition_whole_dataframe("whole"))
+    source = ctx.data_sources.add_pandas(f"{name}_source")
     suite = ctx.suites.add(gx.ExpectationSuite(name=f"{name}_suite"))
     for exp in expectations:
         suite.add_expectation(exp)
-    definition = ctx.validation_definitions.add(
-        gx.ValidationDefinition(data=batch_def, suite=suite, name=name))
-    checkpoint = ctx.checkpoints.add(gx.Checkpoint(
-        name=f"{name}_gate", validation_definitions=[definition], actions=[],
-        result_format={"result_format": "COMPLETE"}))  # every offending row's index
-    run = checkpoint.run(batch_parameters={"dataframe": df},
-                         run_id=RunIdentifier(run_name=run_name))
-    ((key, result),) = run.run_results.items()
+    results = {}
+    for asset, df in frames.items():
+        batch_def = source.add_dataframe_asset(asset).add_batch_definition_whole_dataframe(
+            "whole")
+        definition = ctx.validation_definitions.add(
+            gx.ValidationDefinition(data=batch_def, suite=suite, name=f"{name}_{asset}"))
+        checkpoint = ctx.checkpoints.add(gx.Checkpoint(
+            name=f"{name}_{asset}_gate", validation_definitions=[definition], actions=[],
+            result_format={"result_format": "COMPLETE"}))  # every offending row's index
+        run = checkpoint.run(batch_parameters={"dataframe": df},
+                             run_id=RunIdentifier(run_name=run_name))
+        ((key, result),) = run.run_results.items()
+        if docs_dir is not None:
+            # A dataframe's batch spec names no asset (the pages would say "Data asset:
+            # None"): record it on the stored result; the site is built from the store.
+            result.meta["batch_spec"]["data_asset_name"] = asset
+            ctx.validation_results_store.set(key, result)
+        results[asset] = result
     if docs_dir is not None:
-        # A dataframe's batch spec names no asset (the pages would say "Data asset: None"):
-        # record it on the stored result, then build the site from the store.
-        result.meta["batch_spec"]["data_asset_name"] = asset
-        ctx.validation_results_store.set(key, result)
         ctx.build_data_docs(site_names=["gpt1"])
         static_index(docs_dir / DOCS_INDEX)
-    return result
+        offline_site(docs_dir)
+    return results
+
+
+ICONS = {"check-circle": ("\u2714", "#28a745", "passed"), "times": ("\u2718", "#dc3545", "failed"),
+         "exclamation-triangle": ("\u26a0", "#d39e00", "warning"),
+         "question-circle": ("?", "#6c757d", "")}
+"""GX's Font Awesome status icons (CSS from a CDN: blank offline) -> a coloured character."""
+_ICON = re.compile(r'<i\s+class="(?P<cls>[^"]*\bfa-(?P<name>' + "|".join(ICONS)
+                   + r')\b[^"]*)"[^>]*>\s*</i>')
+KEPT_IMAGES = {"favicon.ico"}
+"""The only one of GX's static images a page links (the rest, logos, are 3.4 MB per site)."""
+
+
+def offline_icons(page: str) -> str:
+    """`page` with each status icon drawn as a coloured character, which needs no network."""
+
+    def icon(match: re.Match[str]) -> str:
+        glyph, colour, title = ICONS[match["name"]]
+        return (f'<span class="gpt1-icon" title="{title}" style="color:{colour};'
+                f'font-weight:bold">{glyph}</span>')
+
+    return _ICON.sub(icon, page)
+
+
+def offline_site(site: Path) -> None:
+    """Make a built site readable offline and small: status icons as characters in every
+    page, and GX's unused static images removed."""
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        page.write_text(offline_icons(text), encoding="utf-8")
+    for image in (site / "static" / "images").glob("*"):
+        if image.name not in KEPT_IMAGES and image.is_file():
+            image.unlink()
 
 
 _TABLE_DATA = re.compile(r"\$\('#(?P<id>[\w-]+)'\)\.bootstrapTable\(.*?columns: (?P<columns>\[.*?\]),"
@@ -153,6 +195,10 @@ def _cell(row: dict[str, Any], field: str) -> str:
     the CDN's CSS, the sort value GX keeps beside it), linked to the row's page."""
     if field == "validation_success":
         text = row.get("_validation_success_text", "")
+        icon = offline_icons(str(row.get(field, "")))
+        glyph = re.search(r'<span class="gpt1-icon".*?</span>', icon)
+        if glyph:  # the status as an icon that needs no network, then its word
+            return f"<td>{glyph[0]} {html.escape(' '.join(str(text).split()))}</td>"
     else:
         text = str(row.get(field, ""))
         if "<" in text:  # markup: its sort value is the plain text
@@ -162,6 +208,48 @@ def _cell(row: dict[str, Any], field: str) -> str:
     if link and field in ("run_time", "expectation_suite_name"):
         text = f'<a href="{html.escape(str(link))}">{text}</a>'
     return f"<td>{text}</td>"
+
+
+HOME_STYLE = ("body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+              "td,th{border:1px solid #ccc;padding:.3em .8em;text-align:left}")
+
+
+def write_home(site_root: str | Path, gates: dict[str, str | Path]) -> Path:
+    """The Data Docs home, <site_root>/index.html: one page over every gate's site (the
+    corpus, each task's splits), each row its status icon, rows checked, failed checks and a
+    link to its validation site; plain HTML that needs no network. `gates` maps a gate's name
+    to its report JSON (checks.json of a task: one report per split). A gate whose report is
+    missing (its stage has not run) is listed as not run."""
+    root = Path(site_root)
+    rows = []
+    for gate, path in gates.items():
+        file = Path(path)
+        reports = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else None
+        if reports is not None and "checks" not in reports:  # a task: {split: report}
+            named = {f"{gate} / {split}": r for split, r in reports.items()}
+        else:
+            named = {gate: reports}
+        for name, rep in named.items():
+            if rep is None:
+                rows.append(f"<tr><td>{html.escape(name)}</td><td>not run</td><td></td><td></td>"
+                            "<td></td></tr>")
+                continue
+            icon = offline_icons(f'<i class="fas fa-{"check-circle" if rep["success"] else "times"}"></i>')
+            link = os.path.relpath(rep["data_docs"], root) if rep.get("data_docs") else ""
+            rows.append(f"<tr><td>{html.escape(name)}</td><td>{icon} "
+                        f"{'passed' if rep['success'] else 'failed'}</td><td>{rep['n_rows']}</td>"
+                        f"<td>{rep['failed']} of {rep['evaluated']}</td><td>"
+                        + (f'<a href="{html.escape(link)}">{html.escape(link)}</a>' if link else "")
+                        + "</td></tr>")
+    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpt1 Data Docs</title>"
+            f"<style>{HOME_STYLE}</style></head><body><h1>gpt1 data gates</h1>"
+            "<p>Every great-expectations gate of the pipeline; each links its own Data Docs "
+            "site (the suite, the validation and the offending rows).</p><table><thead><tr>"
+            "<th>gate</th><th>status</th><th>rows</th><th>failed checks</th><th>Data Docs</th>"
+            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></body></html>\n")
+    root.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(root / DOCS_INDEX, page)
+    return root / DOCS_INDEX
 
 
 def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule],
@@ -177,17 +265,33 @@ def validate_frame(df: pd.DataFrame, name: str, rules: list[Rule],
     `name`) is the data asset the pages name, `run_name` (default `name`) the validation run's
     name: the stage that ran it.
     """
+    asset = asset or name
+    return validate_frames({asset: df}, name, rules, docs_dir, run_name)[asset]
+
+
+def validate_frames(frames: dict[str, pd.DataFrame], name: str, rules: list[Rule],
+                    docs_dir: str | Path | None = None, run_name: str | None = None
+                    ) -> dict[str, dict[str, Any]]:
+    """`validate_frame` of several tables (asset name -> frame, e.g. a task's splits) against
+    one suite, with ONE Data Docs site over all of them; asset -> report."""
     logging.getLogger("great_expectations").setLevel(logging.WARNING)  # INFO floods the log
     import great_expectations as gx
 
     expectations = [_expectation(gx, r) for r in rules]
-    frame = df.reset_index(drop=True)  # index labels = row positions in the report
-    asset, run_name = asset or name, run_name or name
+    tables = {a: df.reset_index(drop=True) for a, df in frames.items()}  # labels = positions
+    run_name = run_name or name
     if docs_dir is None:
-        result = _run_checkpoint(gx, name, frame, expectations, None, asset, run_name)
+        results = _run_checkpoints(gx, name, tables, expectations, None, run_name)
     else:
         with atomic.atomic_path(docs_dir) as tmp:
-            result = _run_checkpoint(gx, name, frame, expectations, tmp, asset, run_name)
+            results = _run_checkpoints(gx, name, tables, expectations, tmp, run_name)
+    return {asset: _report(name, frames[asset], rules, expectations, result, docs_dir)
+            for asset, result in results.items()}
+
+
+def _report(name: str, df: pd.DataFrame, rules: list[Rule], expectations: list[Any],
+            result: Any, docs_dir: str | Path | None) -> dict[str, Any]:
+    """The JSON-ready report of one validation result (see `validate_frame`)."""
     by_id = {getattr(r.expectation_config, "id", None): r for r in result.results}
     checks = []
     for rule, exp in zip(rules, expectations, strict=True):

@@ -93,9 +93,11 @@ def tree_digests(folder: Path) -> dict[str, str]:
 
 
 def scan_mirror(mirror_dir: str | None, source: str, task_dirs: dict[str, str],
-                out_dir: str | Path) -> dict[str, int]:
+                out_dir: str | Path, task_files: dict[str, str] | None = None
+                ) -> dict[str, int]:
     """Fingerprint the mirror's inputs into out_dir: corpus.json, <task>.json per entry of
-    `task_dirs` (task name -> folder under tasks/) and dprd.json; returns files per input.
+    `task_dirs` (task name -> folder under tasks/) and of `task_files` (a custom task -> its
+    own file, wherever it is) and dprd.json; returns files per input.
 
     DVC tracks these files instead of the mirror itself: DVC checks a stage's dependencies
     before running it, so a missing mirror would be its bare `[Errno 2]` and `mirror_dir: null`
@@ -117,6 +119,10 @@ def scan_mirror(mirror_dir: str | None, source: str, task_dirs: dict[str, str],
         inputs["dprd"] = {"files": tree_digests(root / "tasks" / "DPRD")}
         for task, folder in task_dirs.items():
             inputs[task] = {"files": tree_digests(root / "tasks" / folder)}
+    for task, file in (task_files or {}).items():
+        if not Path(file).is_file():
+            raise Gpt1Error(f"tasks.custom.{task}.file: no such file", file)
+        inputs[task] = {"files": {file: sha256_file(Path(file))}}
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for name, content in inputs.items():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.config import Params
+from gpt1.freshness import is_current
 from gpt1.records import Metrics, first_run, split_origins, variant_results
 from gpt1.report.figure2 import (
     MODEL_LABELS,
@@ -22,7 +23,7 @@ from gpt1.report.figure2 import (
 )
 from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
-from gpt1.report.tables import render_ablations, render_table
+from gpt1.report.tables import render_ablations, render_custom, render_table
 from gpt1.report.verdict import Finding, findings_json
 from gpt1.tasks.registry import TASKS
 
@@ -292,15 +293,16 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
                  found: Sequence[Finding] | None = None) -> str:
     """The markdown report (deterministic: same metrics and params, same text).
 
-    A metrics file whose config_hash is neither `expected_hashes[stem]` (variants run with
-    overridden params) nor `config_hash` is listed as stale.
+    A record whose stage hash is not its stage's now (gpt1.freshness) is listed as stale; one
+    written before stage hashes, when its config_hash is neither `expected_hashes[stem]`
+    (variants run with overridden params) nor `config_hash`.
     """
     cfg = params.report
     full = variant_results(metrics, "full")
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
-    stale = sorted(s for s, m in metrics.items()
-                   if m.get("config_hash") not in (None, expected_hashes.get(s, config_hash)))
+    stale = sorted(s for s, m in metrics.items() if ("stage_hash" in m or "config_hash" in m)
+                   and not is_current(params, s, m, expected_hashes.get(s, config_hash)))
     seeds = sorted({len(next(iter(m["scores"].values())).get("per_seed", [0]))
                     for m in full.values() if m["scores"]})
     out = [
@@ -333,6 +335,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     out += [f"Our GLUE column is the mean over {len(cfg.glue)} GLUE tasks of each task's mean "
             f"score ({glue_def}); the paper's also includes WNLI and is a test-server "
             "score, so it is not directly comparable.", ""]
+    out += render_custom(params, full)
     out += [render_ablations(params, metrics), ""]
     lrs = lr_section(params, metrics)
     if lrs:
@@ -388,9 +391,11 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
         if name == "figure2_left":  # one file per task of params layers.tasks: the plot
             for task in params.layers.tasks:  # definition (a folder) follows the params
                 paths[f"{name}_{task}"] = out / "plots" / name / f"{task}.csv"
-                table = [{"layers": r["layers"], "dev": r.get(f"{task}_dev"),
-                          "train": r.get(f"{task}_train")} for r in rows]
-                atomic.write_text(paths[f"{name}_{task}"], pd.DataFrame(table).to_csv(index=False))
+                table = pd.DataFrame([{"layers": r["layers"], "dev": r.get(f"{task}_dev"),
+                                       "train": r.get(f"{task}_train")} for r in rows])
+                if "train" in table and table["train"].isna().all():  # unmeasured: no empty series
+                    table = table.drop(columns="train")
+                atomic.write_text(paths[f"{name}_{task}"], table.to_csv(index=False))
             continue
         paths[name] = out / "plots" / f"{name}.csv"
         atomic.write_text(paths[name], pd.DataFrame(rows).to_csv(index=False))
@@ -415,9 +420,10 @@ terminal): each fine-tuned task's primary score (mean over seeds, %) as ft.<task
 
 
 def headline(params: Params, metrics: Metrics) -> dict[str, Any]:
-    """{"ft": {task: primary score %}} for the tasks of params.finetune.tasks fine-tuned under
-    the current params (a record of another config is left out)."""
-    current = {s: m for s, m in metrics.items() if m.get("config_hash") == params.digest()}
+    """{"ft": {task: primary score %}} for the tasks of params.finetune.tasks whose fine-tuning
+    records are current (gpt1.freshness: their stage's declared params unchanged; a record of
+    another config, or stale, is left out)."""
+    current = {s: m for s, m in metrics.items() if is_current(params, s, m)}
     full = variant_results(current, "full")  # pooled over pre-training seeds
     scores = {}
     for task in params.finetune.tasks:

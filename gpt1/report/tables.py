@@ -88,6 +88,33 @@ def render_table(name: str, params: Params, results: Mapping[str, dict[str, Any]
     return "\n".join(lines + [""] + _footnotes(notes))
 
 
+def render_custom(params: Params, results: Mapping[str, dict[str, Any]]) -> list[str]:
+    """The tasks of the user's own (params tasks.custom) that ran, one row each with what
+    Tables 2-4 give for ours (no paper number); [] when none ran."""
+    tasks = [t for t in params.finetune.tasks if t in params.tasks.custom and t in results]
+    if not tasks:
+        return []
+    preds = row_predictions(results)
+    lines = ["### Tasks of your own (params tasks.custom)", "", _scored_on(results, tasks), "",
+             "| task | score | ours (mean ± sd) | 95 % CI | chance | majority | runs | n_train "
+             "| n_eval | flag |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for task in tasks:
+        metric = params.tasks.custom[task].metric
+        comps = [f"{task}.{metric}"]
+        cell = column_cell(results, comps, params.report.glue)
+        have = present(results, comps)
+        ci = contrast([preds], [1.0], [have], params) if have else None
+        flags = cell_flags(results, have, preds, ci, params) if have else []
+        checked = bool(have) and task in preds
+        res = results[task]
+        lines.append(f"| {task} | {metric} | {cell.text()} | {ci_text(ci)} | "
+                     f"{baseline_text(results, have, 'chance') if have else 'n/a'} | "
+                     f"{baseline_text(results, have, 'majority') if have else 'n/a'} | "
+                     f"{cell.seeds or ''} | {res.get('n_train', '')} | {res.get('n_eval', '')} "
+                     f"| {flag_text(flags, checked) if have else ''} |")
+    return [*lines, ""]
+
+
 def table5_columns(params: Params) -> list[str]:
     """Table 5's score columns (the paper's, without Avg)."""
     return [c for c in next(iter(params.report.paper_ablations.values())) if c != "Avg"]

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
+from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.figure2 import layer_curves, zeroshot_curves
@@ -82,7 +83,7 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
              "committed run: the between-pre-training sd cannot be estimated and is declared "
              "equal to it.", ""]
     for name, _, params in runs:
-        metrics = read_metrics(params.paths.metrics)
+        metrics = current_records(params, read_metrics(params.paths.metrics))
         sds = seed_sds(params, metrics)
         if not sds:
             continue
@@ -119,7 +120,7 @@ def run_findings(params: Params) -> tuple[Metrics, list[Finding], str]:
     """The run's records, its findings and where they came from: the report's own
     (`<paths.reports>/findings.json`, CIs included) when it was built from exactly these
     records, else recomputed from the records (no CI where the prediction files are absent)."""
-    metrics = read_metrics(params.paths.metrics)
+    metrics = current_records(params, read_metrics(params.paths.metrics))  # as the report
     if not metrics:
         raise Gpt1Error("no stage records (run the pipeline, or name another --run)",
                         params.paths.metrics)

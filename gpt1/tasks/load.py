@@ -20,7 +20,8 @@ from gpt1 import atomic
 from gpt1.config import TasksCfg
 from gpt1.data import read_parquet_artifact
 from gpt1.errors import Gpt1Error
-from gpt1.tasks.gate import check_task_table
+from gpt1.tasks.custom import read_custom
+from gpt1.tasks.gate import check_task_tables
 from gpt1.tasks.mirror_formats import Row, read_rows, row
 from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TaskSpec
 
@@ -87,6 +88,7 @@ def _mirror_tables(spec: TaskSpec, root: Path, cfg: TasksCfg) -> Tables:
     """The task's train / dev / test from its registry.MirrorSource: read each table from its
     files, then apply the carves in order."""
     src = spec.mirror
+    assert src is not None, spec.name  # a paper task
     tables = {name: to_table([r for path, tag in files.files
                               for r in read_rows(root, files.reader, path, tag, src.labels)],
                              spec)
@@ -104,6 +106,7 @@ def _mirror_tables(spec: TaskSpec, root: Path, cfg: TasksCfg) -> Tables:
 
 def _hub_rows(spec: TaskSpec, records: Any, split: str) -> list[Row]:
     hub, rows = spec.hub, []
+    assert hub is not None, spec.name  # a paper task
     values = {v: i for i, v in enumerate(hub.labels)} if hub.labels is not None else None
     tag = f"hub:{hub.path}/{hub.name or ''}/{split}"
 
@@ -144,12 +147,27 @@ def _hub_rows(spec: TaskSpec, records: Any, split: str) -> list[Row]:
 
 def _hub_tables(spec: TaskSpec, cfg: TasksCfg, loader: HubLoader) -> Tables:
     tables: Tables = {}
-    for split, hub_split in spec.hub.splits.items():
-        records = loader(spec.hub.path, spec.hub.name, split=hub_split)
+    hub = spec.hub
+    assert hub is not None, spec.name  # a paper task
+    for split, hub_split in hub.splits.items():
+        records = loader(hub.path, hub.name, split=hub_split)
         tables[split] = to_table(_hub_rows(spec, records, hub_split), spec)
     if "dev" not in tables:
         tables["train"], tables["dev"] = _carve_dev(spec, cfg, tables["train"])
     return tables
+
+
+def _custom_tables(spec: TaskSpec, cfg: TasksCfg) -> Tables:
+    """A custom task's splits: by its split column, else test (tasks.test_frac) and then dev
+    (tasks.dev_frac or dev_examples) carved, seeded, from the whole file."""
+    rows, splits = read_custom(spec)
+    if splits[0] is not None:
+        return {s: to_table([r for r, t in zip(rows, splits, strict=True) if t == s], spec)
+                for s in SPLITS}
+    whole = to_table(rows, spec)
+    rest, test = carve(whole, round(cfg.test_frac * len(whole)), cfg.carve_seed)
+    train, dev = _carve_dev(spec, cfg, rest)
+    return {"train": train, "dev": dev, "test": test}
 
 
 # ---------------------------------------------------------------- public API
@@ -157,8 +175,11 @@ def _hub_tables(spec: TaskSpec, cfg: TasksCfg, loader: HubLoader) -> Tables:
 
 def load_task(spec: TaskSpec, cfg: TasksCfg, mirror_dir: str | Path | None,
               hub_loader: HubLoader | None = None) -> Tables:
-    """Canonical train/dev/test tables of one task: from <mirror_dir>/tasks, else the hub."""
-    if mirror_dir is not None:
+    """Canonical train/dev/test tables of one task: a custom task from its own file, a
+    paper task from <mirror_dir>/tasks, else the hub."""
+    if spec.custom is not None:
+        tables = _custom_tables(spec, cfg)
+    elif mirror_dir is not None:
         root = Path(mirror_dir) / "tasks"
         if not root.is_dir():
             raise Gpt1Error("mirror has no tasks/ folder (paths.mirror_dir)", root)
@@ -205,17 +226,16 @@ def read_tables(task_dir: str | Path) -> Tables:
 
 def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path,
                     docs_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run the task's great-expectations suite on every split (Data Docs in docs_dir/<split>
-    when given); the first violation raises a Gpt1Error naming the file and line it came from
-    (base = the mirror's tasks/ folder)."""
-    report = {}
+    """Run the task's great-expectations suite on every split (one Data Docs site over the
+    splits in docs_dir when given); the first violation raises a Gpt1Error naming the file and
+    line it came from (base = the mirror's tasks/ folder)."""
     for split in SPLITS:
         if tables[split].empty:  # every check of an empty table passes; the next stage fails
             raise Gpt1Error(f"{spec.name}/{split}: no rows (from {spec.sources[split]}); "
                             "every split needs examples")
-        rep = check_task_table(tables[split], spec,
-                               None if docs_dir is None else Path(docs_dir) / split, split)
-        report[split] = rep
+    report = check_task_tables({s: tables[s] for s in SPLITS}, spec, docs_dir)
+    for split in SPLITS:
+        rep = report[split]
         if rep["success"]:
             continue
         fail = next(c for c in rep["checks"] if not c["success"])

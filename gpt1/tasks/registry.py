@@ -101,6 +101,18 @@ BINARY_RAW = {"0": 0, "1": 1}
 
 
 @dataclass(frozen=True, kw_only=True)
+class CustomSource:
+    """A task of the user's own (params tasks.custom): one CSV, TSV or JSONL file, its
+    columns, and either a column naming each row's split or none (dev and test are carved)."""
+
+    file: str
+    text_a: str
+    text_b: str | None
+    label: str
+    split: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class TaskSpec:
     name: str
     """= a params.finetune.tasks entry = DVC stage finetune@<name>."""
@@ -126,8 +138,10 @@ class TaskSpec:
     """Canonical split -> human-readable origin (goes into the metrics JSON eval_split)."""
     origins: dict[str, Origin]
     """Canonical split -> its origin as data (the report's split kinds and carve-outs)."""
-    mirror: MirrorSource
-    hub: HubSource
+    mirror: MirrorSource | None
+    """None: a custom task (read from `custom`)."""
+    hub: HubSource | None
+    custom: CustomSource | None = None
 
     def origin(self, split: str) -> Origin:
         """Where the canonical split `split` comes from."""
@@ -379,6 +393,33 @@ TASKS: dict[str, TaskSpec] = {t.name: t for t in (
                       fields={"text_a": "sentence", "label": "label"}),
     ),
 )}
+
+
+PAPER_TASKS: tuple[str, ...] = tuple(TASKS)
+"""The 12 tasks of the paper; TASKS also holds the custom tasks of the params last loaded."""
+
+
+def custom_task(name: str, source: CustomSource, labels: tuple[str, ...], metric: Metric
+                ) -> TaskSpec:
+    """The registry row of a task of the user's own: classification (one text) or entailment
+    (a pair: text_b given), its splits from the file's split column or carved."""
+    where = f"{source.file} ({'column ' + source.split if source.split else 'carved, seeded'})"
+    origin: Origin = "official train" if source.split else "carved"
+    return TaskSpec(
+        name=name, title=name, fmt="entail" if source.text_b else "classify", labels=labels,
+        metric=metric, metrics=tuple(dict.fromkeys((metric, "acc"))), mirror_dir="",
+        sources={s: f"{s} of {where}" for s in SPLITS},
+        origins={"train": origin, "dev": origin if source.split else "carved",
+                 "test": "official test" if source.split else "carved"},
+        mirror=None, hub=None, custom=source)
+
+
+def register_custom(specs: Mapping[str, TaskSpec]) -> None:
+    """Make the custom tasks of the params being loaded known by name (TASKS), replacing the
+    custom tasks of params loaded before; a paper task's name is refused by the params."""
+    for name in [n for n in TASKS if n not in PAPER_TASKS and n not in specs]:
+        del TASKS[name]
+    TASKS.update(specs)
 
 
 def get_task(name: str) -> TaskSpec:

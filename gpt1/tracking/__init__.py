@@ -19,6 +19,7 @@ from gpt1.tracking.create import flatten
 from gpt1.tracking.flow import (
     child_runs,
     discard_run,
+    experiment_url,
     pipeline_run,
     record_stage,
     run_url,
@@ -36,6 +37,7 @@ from gpt1.tracking.lineage import (
 from gpt1.tracking.pyfunc import download_model, log_model, pyfunc_model
 from gpt1.tracking.runs import (
     MetricsSink,
+    child_scope,
     log_artifact,
     log_datasets,
     log_summary,
@@ -47,7 +49,8 @@ from gpt1.tracking.store import check_store, tracking_uri
 
 __all__ = [
     "PARENT_ENV", "STAGE_ENV", "STAGE_RUN_ENV", "MetricsSink", "check_store", "child_runs",
-    "discard_run", "download_model",
+    "child_scope",
+    "discard_run", "download_model", "experiment_url",
     "flatten", "git_commit", "log_artifact", "log_datasets", "log_model", "log_summary", "log_text",
     "pipeline_run", "pyfunc_model", "record_stage", "repro_invocation", "run_url",
     "stage_name", "stage_run", "stage_scope", "stage_sections", "start_run", "tracking_uri",

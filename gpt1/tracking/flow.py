@@ -91,6 +91,20 @@ def run_url(params: Params, run_id: str) -> str:
     return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
 
 
+def experiment_url(params: Params) -> str:
+    """Link to the runs table of experiment params.tracking.experiment in the MLflow UI (the
+    UI's own home page is its GenAI overview); the experiments list until that experiment
+    exists, or when the store does not answer."""
+    base = params.tracking.ui_url.rstrip("/")
+    try:
+        experiment = store.client(params).get_experiment_by_name(params.tracking.experiment)
+    except Exception:  # the store is away: the list is still a page of runs' experiments
+        experiment = None
+    if experiment is None:
+        return f"{base}/#/experiments"
+    return f"{base}/#/experiments/{experiment.experiment_id}/runs"
+
+
 def child_runs(params: Params, parent_run_id: str) -> list[dict[str, Any]]:
     """Nested runs of a parent run: [{"run_id", "stage", "status", "metrics"}], oldest first."""
     client = store.client(params)

@@ -16,9 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpt1.errors import Gpt1Error
 from gpt1.repo import repo_root
 
 RELOG_COMMAND = "gpt1 relog"
+_DAMAGED = ("nothing was re-logged: delete that line (its record is lost), then run "
+            f"`{RELOG_COMMAND}` again")
+_DAMAGED_RUN = ("nothing was re-logged: remove this run's folder (its records are lost), then "
+                f"run `{RELOG_COMMAND}` again")
 
 
 def pending_root() -> Path:
@@ -67,7 +72,17 @@ class Pending:
         return str(target.relative_to(self.folder))
 
     def meta(self) -> dict[str, Any]:
-        return dict(json.loads((self.folder / "run.json").read_text(encoding="utf-8")))
+        """run.json, checked: a JSON object naming the store's URI and the run."""
+        path = self.folder / "run.json"
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise Gpt1Error(f"not valid JSON ({err}); {_DAMAGED_RUN}", path) from None
+        if not isinstance(meta, dict) or not all(
+                isinstance(meta.get(k), str) for k in ("tracking_uri", "run_id")):
+            raise Gpt1Error(f"not a pending run record (tracking_uri and run_id, strings); "
+                            f"{_DAMAGED_RUN}", path)
+        return meta
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         (self.folder / "run.json").write_text(json.dumps(meta), encoding="utf-8")
@@ -78,11 +93,30 @@ class Pending:
         (self.folder / "ops.jsonl").write_text(text, encoding="utf-8")
 
     def ops(self) -> list[dict[str, Any]]:
-        lines = (self.folder / "ops.jsonl")
-        if not lines.is_file():
+        """The records, in order; Gpt1Error naming the file and line of one that is not a
+        JSON object with an "op" (a line cut short when the stage was killed mid-write)."""
+        path = self.folder / "ops.jsonl"
+        if not path.is_file():
             return []
-        return [json.loads(line) for line in lines.read_text(encoding="utf-8").splitlines()
-                if line.strip()]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise Gpt1Error(f"not UTF-8 text ({err.reason} at byte {err.start}); {_DAMAGED}",
+                            path) from None
+        ops = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                op = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise Gpt1Error(f"line {n} is not valid JSON ({err.msg}; cut short by a kill "
+                                f"mid-write?); {_DAMAGED}", path) from None
+            if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+                raise Gpt1Error(f"line {n} is not a pending record (a JSON object with an "
+                                f"\"op\"); {_DAMAGED}", path)
+            ops.append(op)
+        return ops
 
 
 def all_pending() -> list[Pending]:
@@ -91,4 +125,8 @@ def all_pending() -> list[Pending]:
     if not root.is_dir():
         return []
     runs = [Pending(d) for d in root.iterdir() if (d / "run.json").is_file()]
-    return sorted(runs, key=lambda p: int(p.meta().get("created_ns", 0)))
+    created: dict[Path, int] = {}
+    for p in runs:  # each run.json checked
+        when = p.meta().get("created_ns")
+        created[p.folder] = when if isinstance(when, int) else 0
+    return sorted(runs, key=lambda p: created[p.folder])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ import pandas as pd  # at module level: MLflow resolves the predict type hint th
 
 from gpt1.errors import Gpt1Error
 from gpt1.tracking.runs import active
+from gpt1.tracking.store import URI_ENV, bound_http_retries, check_uri
 
 log = logging.getLogger(__name__)
 
@@ -159,16 +161,20 @@ def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: 
 def download_model(uri: str, tracking_uri: str | None, dest: Path) -> tuple[Path, Path]:
     """The model and tokenizer folders of a logged gpt1 model (models:/name/version,
     models:/name@alias, runs:/id/model), downloaded into `dest`."""
+    store_uri = tracking_uri or os.environ.get(URI_ENV)
+    if not store_uri:
+        raise Gpt1Error(f"--model {uri}: no tracking store to read it from; set {URI_ENV}")
+    check_uri(store_uri, f"--model {uri}: tracking store {store_uri!r}", existing=True)
+    bound_http_retries()
     import mlflow
     from mlflow.exceptions import MlflowException
 
     try:
         root = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(dest),
-                                                        tracking_uri=tracking_uri))
+                                                        tracking_uri=store_uri))
     except MlflowException as err:
         first = next(iter(str(err).strip().splitlines()), "")
-        raise Gpt1Error(f"--model {uri}: {first}", tracking_uri or "MLFLOW_TRACKING_URI"
-                        ) from None
+        raise Gpt1Error(f"--model {uri}: {first}", store_uri) from None
     model, tok = root / "artifacts" / "model", root / "artifacts" / "tokenizer"
     if not model.is_dir():
         raise Gpt1Error(f"--model {uri}: not a gpt1 pyfunc model (no artifacts/model)", root)

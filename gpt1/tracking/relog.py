@@ -101,6 +101,8 @@ def run(args: argparse.Namespace, params: Params) -> None:
     if not runs:
         print(f"nothing to re-log ({pending_root()} holds no pending records)")
         return
+    for pending in runs:  # every record checked before the first is logged
+        pending.ops()
     created: dict[str, str] = {}
     for pending in runs:
         count = relog_run(pending, created)

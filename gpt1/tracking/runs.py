@@ -272,6 +272,28 @@ def stage_scope(stage: str, params: Params) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def child_scope(name: str, params: Params, tags: Mapping[str, str] | None = None
+                ) -> Iterator[None]:
+    """A child run named `name` of the run open now (one candidate of a stage that tries
+    several, e.g. `lr=0.00025` of an lr pilot), logging `params` (the candidate's own): the
+    first `start_run` inside the block logs into it, so the stage's run keeps only what the
+    stage itself logs after the block (its choice)."""
+    if not params.tracking.enabled or not _ACTIVE:
+        yield
+        return
+    where = lineage.stage_name() or name
+    with open_active(params, name, _ACTIVE[-1].run_id,
+                     {"gpt1.stage": where, "gpt1.candidate": name, **(tags or {})},
+                     None, where) as run:
+        _SCOPE.append(run)
+        try:
+            yield
+        finally:
+            if _SCOPE and _SCOPE[-1] is run:
+                _SCOPE.pop()
+
+
+@contextlib.contextmanager
 def _repro_parent(params: Params) -> Iterator[str | None]:
     """The parent run shared by the stages of one `dvc repro` invocation (None without one,
     or when the store is away: the stage's run, kept pending, is then a top-level run). It is

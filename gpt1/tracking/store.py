@@ -62,11 +62,20 @@ def check_store(params: Params) -> None:
     if not params.tracking.enabled:
         return
     uri = tracking_uri(params)
-    where = f"tracking URI {uri!r} (from {uri_source(params)})"
+    check_uri(uri, f"tracking URI {uri!r} (from {uri_source(params)})")
+
+
+def check_uri(uri: str, where: str, existing: bool = False) -> None:
+    """Gpt1Error (its line starting with `where`) unless the store at `uri` can be used: a
+    sqlite database's folder exists (`existing`: the database itself, for reading, so that
+    none is created), a server accepts a connection within CHECK_SECONDS."""
     if uri.startswith("sqlite:"):
-        folder = Path(uri.split(":///", 1)[-1]).parent
-        if not folder.is_dir():
-            raise Gpt1Error(f"{where}: folder {folder} does not exist")
+        db = Path(uri.split(":///", 1)[-1])
+        if existing and not db.is_file():
+            raise Gpt1Error(f"{where}: no such store ({db} does not exist; nothing was "
+                            f"logged there); set {URI_ENV} to the store that holds it")
+        if not db.parent.is_dir():
+            raise Gpt1Error(f"{where}: folder {db.parent} does not exist")
         return
     parts = urlsplit(uri)
     scheme = parts.scheme.split("+")[0]

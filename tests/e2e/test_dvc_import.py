@@ -44,7 +44,7 @@ def _tiny_preset(n_merges: int) -> dict:
         "tasks": {"dev_examples": {"story_cloze": 3}},
         "ablations": {"tasks": ["sst2"]},
         "zeroshot": {"max_examples": 8},
-        "report": {"bootstrap_samples": 200},
+        "report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]},  # prepared ones
     })
 
 

@@ -4,8 +4,9 @@ A copy of the repo with a tiny generated mirror, committed to git, runs `dvc rep
 finetune@sst2-1234` with MLflow on. Then: one `dvc repro` parent run with the stages nested under
 it, each tagged with the git commit and carrying only its own params sections; the registered
 pre-trained and fine-tuned MLflow models load with `mlflow.pyfunc.load_model` and score text;
-`gpt1 generate` and `gpt1 predict` work in the repo; Data Docs exist for the corpus and every
-split of the task table.
+`gpt1 generate` and `gpt1 predict` work in the repo; after `dvc exp run -S` of a param no
+fine-tune declares, the report's headline keeps the fine-tune's score; Data Docs exist for the
+corpus and every split of the task table.
 """
 
 from __future__ import annotations
@@ -97,6 +98,17 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in pred.splitlines()]
     assert [x["text"] for x in lines] == ["a very good film", "bad"]
     assert all(x["label"] in x["probabilities"] for x in lines)
+
+    # `dvc exp run -S` of a param no fine-tune declares: DVC keeps finetune@sst2 up to date,
+    # and the report's headline keeps its score (freshness from the stage's declared params).
+    exp = _run(["dvc", "exp", "run", "-S", "zeroshot.max_examples=8", "finetune@sst2-1234"],
+               repo)
+    assert "Running stage 'finetune@sst2-1234'" not in exp, exp
+    _stdout(["report"], repo)
+    headline = json.loads((repo / "reports" / "headline.json").read_text())
+    assert set(headline["ft"]) == {"sst2"}, headline
+    shown = _run(["dvc", "metrics", "show"], repo)  # the one DVC metric: the headline
+    assert "ft.sst2" in shown and max(map(len, shown.splitlines())) <= 160, shown
 
     # Data Docs for the corpus and every split of the task table, naming their suites.
     docs = repo / "reports" / "data_docs"

@@ -37,7 +37,8 @@ def test_dvc_runs_every_model_stage_per_pretraining_seed(tmp_path: Path) -> None
                                 "dev_examples": 8, "seed": 0}},
         "layers": {"tasks": ["sst2"], "layers_transferred": [0, 2],
                    "max_train_examples": None, "max_eval_examples": None},
-        "zeroshot": {"tasks": ["sst2"], "max_examples": 8}})
+        "zeroshot": {"tasks": ["sst2"], "max_examples": 8},
+        "report": {**TINY["report"], "confirmatory_tasks": ["sst2"]}})  # prepared tasks only
     _run(["git", "init", "-q"], repo)
     _run(["dvc", "init", "-q"], repo)
     _run(["git", "add", "-A"], repo)

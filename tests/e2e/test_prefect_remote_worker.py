@@ -50,16 +50,15 @@ def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
     mirror = tmp_path / "mirror"
     write_corpus(mirror, n_books=4, n_paragraphs=10)
     params = tiny_params(repo, mirror)
-    params["orchestrate"]["dvc_remote"] = "shared"
+    assert params["orchestrate"]["dvc_remote"] == "local"  # the relative default
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
            "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PREFECT_HOME": str(home),
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
            "PREFECT_WORKER_QUERY_SECONDS": "1", "GPT1_REPOSITORY": str(repo)}
-    dvc = str(BIN / "dvc")
-    remote = tmp_path / "shared-dvc-remote"  # a URL both machines reach (S3 in real life)
-    run([dvc, "remote", "add", "shared", str(remote)], repo, env, 60)
+    dvc = str(BIN / "dvc")  # made absolute by `gpt1 serve`: a URL both machines reach
+    remote = tmp_path / "gpt1-dvc-remote"  # .dvc/config: ../../gpt1-dvc-remote of the repo
     run(["git", "add", "-A"], repo, env, 60)
     run(["git", *GIT_ID, "commit", "-qm", "tiny preset"], repo, env, 60)
     port = free_port()
@@ -80,7 +79,9 @@ def test_remote_worker_runs_in_its_own_clone_and_outputs_arrive_in_the_first(
         (branch,) = run(["git", "branch", "--list", "gpt1-runs/*", "--format",
                          "%(refname:short)"], repo, env, 60).split()
         run(["git", "merge", "--ff-only", "-q", branch], repo, env, 60)
-        run([dvc, "pull", "--allow-missing", "-r", "shared"], repo, env, 300)  # what ran
+        assert any(p.is_file() for p in remote.rglob("*")), "the clone pushed elsewhere"
+        assert not list(other.rglob("gpt1-dvc-remote")), "the clone used its relative default"
+        run([dvc, "pull", "--allow-missing", "-r", "local"], repo, env, 300)  # what ran
         assert set(yaml.safe_load((repo / "dvc.lock").read_text())["stages"]) == RAN
         assert (repo / params["paths"]["clean_corpus"]).is_file()  # from the DVC remote
         assert (repo / "reports" / "metrics" / "check_corpus.json").is_file()  # from git

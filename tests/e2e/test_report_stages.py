@@ -52,6 +52,7 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
         "layers": {"tasks": ["mnli"], "layers_transferred": [0, 1, 2],
                    "max_train_examples": 10, "max_eval_examples": 6},
         "zeroshot": {"max_examples": 8},
+        "report": {"confirmatory_tasks": ["sst2"]},  # a task some stage prepares
         "pretrain": {"precision": "fp32"},
         "bpe": {"n_merges": 20},
     })

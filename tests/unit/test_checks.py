@@ -125,8 +125,36 @@ def test_data_docs_index_lists_the_validations_offline(cfg, tmp_path, monkeypatc
     page.feed(index.read_text(encoding="utf-8"))
     assert ["Status", "Run Time", "Run Name", "Asset Name", "Batch ID",
             "Expectation Suite"] in page.rows
-    (row,) = [r for r in page.rows if r and r[0] == "Success"]
+    (row,) = [r for r in page.rows if r and r[0] == "✔ Success"]  # an icon offline too
     assert row[2:4] == ["check_corpus", "clean_corpus"] and row[5] == "corpus_suite"
     validation = index.parent / next(x for x in page.links if x.startswith("validations/"))
     text = validation.read_text(encoding="utf-8")
     assert "Data asset: clean_corpus" in text and "__none__" not in text
+
+
+def test_one_data_docs_home_with_status_icons_offline_and_small_sites(cfg, tmp_path) -> None:
+    """The home page lists every gate with a status icon drawn without network (GX's icons
+    are Font Awesome from a CDN: blank offline) and links each gate's site; a site's pages
+    carry the same icons and the site drops GX's unused 3.4 MB of logos."""
+    good = pd.DataFrame({"doc_id": ["a", "b"], "text": ["Some text.", "More text."]})
+    bad = pd.DataFrame({"doc_id": ["a", "a"], "text": ["Some text.", "More text."]})
+    root = tmp_path / "docs"
+    corpus = checks.validate_frame(good, "corpus", checks.corpus_rules(cfg), root / "corpus")
+    split = checks.validate_frame(bad, "rte_dev", checks.corpus_rules(cfg),
+                                  root / "tasks" / "rte" / "dev")
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    (tmp_path / "rte.json").write_text(json.dumps({"dev": split}))
+    home = checks.write_home(root, {"corpus": tmp_path / "corpus.json",
+                                    "rte": tmp_path / "rte.json",
+                                    "sst2": tmp_path / "missing.json"})
+    page = _Tables()
+    page.feed(home.read_text(encoding="utf-8"))
+    assert [r[:2] for r in page.rows[1:]] == [["corpus", "✔ passed"], ["rte / dev", "✘ failed"],
+                                              ["sst2", "not run"]]
+    assert all((root / link).is_file() for link in page.links) and len(page.links) == 2
+    site = root / "tasks" / "rte" / "dev"
+    pages = [p.read_text(encoding="utf-8") for p in site.rglob("*.html")]
+    assert not any('<i class="fas' in text for text in pages)
+    assert any("✘" in text for text in pages if "validations" in text)
+    assert [p.name for p in (site / "static" / "images").iterdir()] == ["favicon.ico"]
+    assert sum(f.stat().st_size for f in site.rglob("*") if f.is_file()) < 1_000_000

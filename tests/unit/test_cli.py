@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +92,53 @@ def test_version_and_one_naming_style_with_the_old_names_as_aliases(capsys) -> N
     assert parse(["export_hf", "out"]).command == parse(["export-hf", "out"]).command
     assert parse(["predict", "--model-dir", "m", "x"]).model == "m"  # the old flag names
     assert parse(["generate", "--run-dir", "r", "x"]).model == "r"
+
+
+def test_every_help_line_is_whole_sentences() -> None:
+    """No command's help stops mid-sentence (a docstring's first line cut at its wrap)."""
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    helps = {c.dest.split()[0]: c.help for c in sub._choices_actions}  # type: ignore[attr-defined]
+    cut = {name: h for name, h in helps.items() if not h.rstrip().endswith((".", ")"))}
+    assert not cut, cut
+
+
+def test_every_gpt1_line_and_flag_the_readme_shows_parses() -> None:
+    """The README's `gpt1 ...` lines parse as written, and the flag aliases it names for
+    `predict` are accepted (`--run-dir` was rejected)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    lines = [line.split("  #")[0] for line in readme.splitlines()
+             if line.startswith(".venv/bin/gpt1 ")]
+    assert len(lines) >= 6
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        build_parser(argv).parse_args(argv)  # an unknown flag: SystemExit 2
+    for flag in re.findall(r"`(--[a-z][a-z-]*)", readme.split("## Using the model")[1]
+                           .split("\n## ")[0]):
+        argv = ["predict", "text", flag, "x"]
+        if flag == "--overwrite":
+            argv = ["export-hf", "--overwrite", "out"]
+        elif flag == "--seed":
+            argv = ["generate", "--seed", "1", "text"]
+        build_parser(argv).parse_args(argv)
+    for alias in ("--model-dir", "--run-dir"):
+        assert build_parser().parse_args(["predict", alias, "m", "x"]).model == "m"
+
+
+def test_export_usage_names_one_out_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser(["export-hf", "--help"]).parse_args(["export-hf", "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert "OUT_DIR" in usage and "[OUT_DIR" not in usage, usage
+    args = build_parser().parse_args(["export-hf", "run", "out"])  # the old form still parses
+    assert args.paths == ["run"] and args.old_form_out == "out"
+
+
+def test_a_stage_parses_its_command_line_without_importing_torch() -> None:
+    """The parser imports only the tool it runs: a stage's first line comes before torch."""
+    code = ("import sys; from gpt1.__main__ import build_parser; "
+            "a = ['finetune', '--task', 'rte']; build_parser(a).parse_args(a); "
+            "print(sorted(m for m in ('torch', 'mlflow', 'pandas', 'great_expectations') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -132,6 +132,9 @@ def test_cli_misspelled_key_exits_nonzero_one_line(tmp_path: Path) -> None:
         ("finetune.seeds", [], "must list at least one value"),
         ("layers.layers_transferred", [2, 2], "must not repeat a value, got [2]"),
         ("layers.layers_transferred", [], "must list at least one value"),
+        ("orchestrate.devices", [1, 1], "must not repeat a value, got [1]"),
+        ("orchestrate.devices", "all", "must be auto or a list of device indices, got 'all'"),
+        ("orchestrate.max_parallel_stages", 0, "must be auto or a positive integer, got 0"),
     ],
 )
 def test_seed_and_id_lists_refused(key: str, value: list[int], needle: str) -> None:
@@ -165,6 +168,41 @@ def test_cli_empty_seed_list_exits_2_before_any_output(tmp_path: Path) -> None:
     assert proc.stderr.strip() == ("gpt1 finetune: error: params.yaml: finetune.seeds: must "
                                    "list at least one value, got []")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+def test_cli_unprepared_zeroshot_task_exits_2_naming_the_key_before_any_output(
+        tmp_path: Path) -> None:
+    """zeroshot.tasks names RACE, which no prepare_task stage prepares (finetune.tasks lacks
+    it): the zero-shot stage stops at load, one line naming the key, nothing written."""
+    demo = (REPO / "params.yaml").read_text()
+    text, n = re.subn(r"(?m)^(  tasks: \[snli, .*)race, ", r"\1", demo)  # finetune.tasks
+    assert n == 1
+    (tmp_path / "params.yaml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "gpt1", "zeroshot"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "gpt1 zeroshot: error: params.yaml: zeroshot.tasks: 'race' is not prepared by any "
+        "stage (prepare_task runs for finetune.tasks ['snli', 'mnli', 'qnli', 'rte', "
+        "'scitail', 'story_cloze', 'mrpc', 'qqp', 'stsb', 'sst2', 'cola']); add it there or "
+        "drop it here")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing run
+
+
+@pytest.mark.parametrize("key", ["layers.tasks", "ablations.tasks", "report.confirmatory_tasks"])
+def test_every_task_list_names_prepared_tasks(key: str) -> None:
+    raw = _raw()
+    section, name = key.split(".")
+    raw["finetune"]["tasks"] = ["sst2", "qnli", "cola", "mnli", "race"]
+    raw["finetune"]["overrides"] = {}
+    raw["zeroshot"]["tasks"] = ["sst2", "dprd"]  # DPRD: read from the mirror, not prepared
+    for other in ("layers.tasks", "ablations.tasks", "report.confirmatory_tasks"):
+        raw[other.split(".")[0]][other.split(".")[1]] = ["sst2"]
+    parse_params(raw, "p.yaml")
+    raw[section][name] = ["sst2", "rte"]
+    with pytest.raises(ParamsError, match=rf"^p.yaml: {key}: 'rte' is not prepared by any stage"):
+        parse_params(raw, "p.yaml")
 
 
 # spec §1-2 and §5, one row per value the paper preset holds: (dotted key in configs/paper.yaml,

@@ -13,6 +13,7 @@ from gpt1.report.document import headline
 from gpt1.tasks.registry import TASKS
 
 DVC = str(Path(sys.executable).with_name("dvc"))
+REPO = Path(__file__).resolve().parents[2]
 EXP_VIEW = ["exp", "show", "--no-pager", "--drop", ".*", "--keep", "Experiment|ft"]  # README
 
 
@@ -89,4 +90,42 @@ def test_figure2_left_plots_follow_the_params(make_params, tmp_path: Path) -> No
     (plot,) = [p for p in yaml.safe_load((repo / "dvc.yaml").read_text())["plots"]
                if "figure2_left" in next(iter(p))]
     ((source, spec),) = plot.items()
-    assert source == "reports/plots/figure2_left" and spec["y"] == ["dev", "train"]
+    assert source == "reports/plots/figure2_left" and spec["y"] == "dev"
+
+
+def test_dvc_plots_show_draws_both_figure2_panels_for_the_params_tasks(
+        make_params, tmp_path: Path) -> None:
+    """dvc.yaml's plot definitions take their tasks from params (DVC templating): with tasks
+    other than the demo's, `dvc plots show` draws both Figure 2 panels, no field missing, and
+    no train series where no record measured train accuracy."""
+    import shutil
+
+    import yaml
+    from test_report import fixture_metrics
+
+    from gpt1 import records
+    from gpt1.report import document
+
+    repo = tmp_path / "repo"
+    (repo / "reports").mkdir(parents=True)
+    shutil.copytree(REPO / "reports" / "templates", repo / "reports" / "templates")
+    params = make_params({"layers": {"tasks": ["race"], "layers_transferred": [0, 2, 4]},
+                          "zeroshot": {"tasks": ["cola", "dprd"]}, "model": {"n_layer": 4},
+                          "paths": {"reports": str(repo / "reports")}})
+    metrics = records.read_metrics(fixture_metrics(tmp_path))
+    for stem in [s for s in metrics if s.startswith("layers_")]:  # as the stages write them:
+        metrics[stem]["scores"].pop("train_acc")  # no train accuracy measured
+    paths = document.write_outputs(params, metrics, {})
+    assert paths["figure2_left_race"].read_text().splitlines()[0] == "layers,dev"  # no empty
+    plots = yaml.safe_load((REPO / "dvc.yaml").read_text())["plots"]
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"plots": plots}))
+    (repo / "params.yaml").write_text(yaml.safe_dump({"zeroshot": {"tasks": ["cola", "dprd"]}}))
+    for cmd in (["git", "init", "-q"], [DVC, "init", "-q"]):
+        _run(cmd, repo)
+    shown = json.loads(_run([DVC, "plots", "show", "--json"], repo))
+    assert not shown.get("errors"), shown["errors"]
+    assert set(shown["data"]) == {"reports/plots/figure2_left/race.csv", "figure2_right"}
+    (right,) = shown["data"]["figure2_right"]
+    fields = {(v["filename"], v["field"]) for v in right["content"]["data"]["values"]}
+    assert fields == {(f"zeroshot_{m}.csv", t) for m in ("transformer", "lstm")
+                      for t in ("cola", "dprd")}

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from gpt1 import bpe, checkpoint, stages
 from gpt1.__main__ import main
 from gpt1.errors import Gpt1Error
-from gpt1.export import export_hf
+from gpt1.export import export_hf, load_export
 from gpt1.model import GPT
 from tests.unit.test_checkpoint import _prepare, _texts
 
@@ -122,8 +122,9 @@ def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
     (metrics / "finetune_sst2_p7.json").write_text('{"scores": {"acc": {"mean": 0.61}}}')
     export_hf(tmp_path / "ft", tmp_path / "hf", tmp_path / "tok", metrics)
     idx = torch.randint(0, tok.vocab_size, (2, params.model.n_positions))
-    diff = (_our_logits(body, idx) - _hf_logits(tmp_path / "hf", idx)).abs().max().item()
-    assert diff <= 1e-4, diff
+    back, _ = load_export(tmp_path / "hf")  # the body read back exactly (bias unfolded)
+    diff = (_our_logits(body, idx) - _our_logits(back.body, idx)).abs().max().item()
+    assert diff <= 1e-5, diff
     head = load_file(tmp_path / "hf" / "task_head.safetensors")
     assert torch.equal(head["weight"], task_model.head.linear.weight.detach())
     assert json.loads((tmp_path / "hf" / "task_head.json").read_text())["labels"] == [
@@ -136,7 +137,52 @@ def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
     data = ModelCard.load(tmp_path / "hf" / "README.md").data
     assert card.startswith("---\n") and data.license == "mit"
     assert (data.library_name, data.pipeline_tag) == ("transformers", "text-classification")
-    assert data.datasets == ["bookcorpus", "nyu-mll/glue"] and data.metrics == ["accuracy"]
+    assert data.datasets == ["project-gutenberg (local mirror)", "nyu-mll/glue"]  # the source
+    assert data.metrics == ["accuracy"]
+    (result,) = data.eval_results  # model-index: the recorded score
+    assert (result.metric_type, result.metric_value, result.dataset_type) == (
+        "accuracy", 0.61, "nyu-mll/glue")
+
+
+def test_card_datasets_name_the_corpus_the_run_used() -> None:
+    from gpt1.model_card import corpus
+
+    def params(source: str, import_hf: str | None = None) -> dict:
+        return {"data": {"source": source, "hub_dataset": "bookcorpus"},
+                "clean": {"strip_gutenberg": True}, "pretrain": {"import_hf": import_hf}}
+
+    assert corpus(params("mirror")) == "project-gutenberg (local mirror)"
+    assert corpus(params("hub")) == "bookcorpus"
+    assert corpus(params("mirror", "models/openai-gpt")) == "bookcorpus"  # the released weights
+
+
+@pytest.mark.parametrize("task", ["sst2", "rte"])
+def test_text_classification_pipeline_answers_as_predict(tiny_params, tmp_path, task):
+    """transformers' pipeline("text-classification") on the export gives `gpt1 predict`'s
+    labels and probabilities (a pair as text / text_pair); its tokenizer lays the input out as
+    fine-tuning does, keeps a symbol it never saw from failing, and knows the context."""
+    from gpt1.predict import classify, load_task_model
+
+    _task_export(tiny_params, tmp_path, task)
+    model, tok, spec, saved = load_task_model(tmp_path / "ft", tmp_path / "tok")
+    pairs = [("the king said , and the queen had the ship", "she was at the door"),
+             ("he had a letter", "the river at night")]
+    rows = [{"text_a": a, "text_b": b if task == "rte" else ""} for a, b in pairs]
+    ours = classify(model, tok, spec, saved, rows)
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"),
+                                 device="cpu")
+    inputs = [{"text": a, "text_pair": b} if task == "rte" else a for a, b in pairs]
+    for mine, theirs in zip(ours, [pipe(x, top_k=None) for x in inputs], strict=True):
+        assert theirs[0]["label"] == mine["label"]
+        for answer in theirs:
+            assert abs(answer["score"] - mine["probabilities"][answer["label"]]) <= 1e-5
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", local_files_only=True)
+    assert hf_tok.model_max_length == saved.model.n_positions
+    ids = hf_tok("naïve ☃ the ship")["input_ids"]  # unseen symbols: dropped, as ours drops them
+    assert ids == [tok.start_id, *tok.encode_batch(["naïve ☃ the ship"])[0], tok.classify_id]
+    if task == "rte":
+        assert hf_tok("a", "b")["input_ids"][-1] == tok.classify_id
+        assert tok.delimiter_id in hf_tok("the", "ship")["input_ids"]
 
 
 def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):

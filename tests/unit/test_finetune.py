@@ -9,16 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1.finetune import (
-    body_factory,
-    collate,
-    lm_loss,
-    make_loss_fn,
-    resolve_hparams,
-)
+from gpt1.finetune import body_factory, collate, resolve_hparams
 from gpt1.heads import TaskHead, TaskModel
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
+from gpt1.task_losses import lm_loss, make_loss_fn
 from gpt1.tasks.formats import Specials, Truncation, layout
 from gpt1.tasks.load import cap_table
 from gpt1.tasks.registry import TASKS

@@ -44,12 +44,18 @@ def test_flow_stages_equal_dvc_dag_of_this_repo() -> None:
     assert names, "dvc.yaml defines no stage"
 
 
+def dvc_repo(root: Path, tasks: str, dvc_yaml: str) -> Path:
+    """A git + DVC repo at `root` with params `tasks: <tasks>` and this dvc.yaml."""
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run([DVC, "init", "-q"], cwd=root, check=True)
+    (root / "params.yaml").write_text(f"tasks: {tasks}\n")
+    (root / "dvc.yaml").write_text(textwrap.dedent(dvc_yaml))
+    return root
+
+
 @pytest.fixture
 def toy_repo(tmp_path: Path) -> Path:
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run([DVC, "init", "-q"], cwd=tmp_path, check=True)
-    (tmp_path / "params.yaml").write_text("tasks: [rte, cola]\n")
-    (tmp_path / "dvc.yaml").write_text(textwrap.dedent("""\
+    return dvc_repo(tmp_path, "[rte, cola]", """\
         stages:
           report:
             cmd: cat a b > r
@@ -62,7 +68,7 @@ def toy_repo(tmp_path: Path) -> Path:
           prep:
             cmd: cp raw a
             deps: [raw]
-            outs: [a]
+            outs: [a, m/prep.json, m/prep.info.json, m/other.json]  # a record, a plain JSON
           finetune:
             foreach: ${tasks}
             do:
@@ -72,8 +78,7 @@ def toy_repo(tmp_path: Path) -> Path:
           lonely:
             cmd: echo > l
             outs: [l]
-        """))
-    return tmp_path
+        """)
 
 
 def test_plan_is_topological_and_keeps_dvc_yaml_order(toy_repo: Path) -> None:
@@ -84,7 +89,8 @@ def test_plan_is_topological_and_keeps_dvc_yaml_order(toy_repo: Path) -> None:
     plan = {s.name: s for s in read_plan(toy_repo)}
     assert plan["report"].upstream == ("prep", "finetune@rte", "finetune@cola")
     assert plan["report"].metrics == ("reports/m.json",)
-    assert plan["prep"].metrics == ()
+    assert plan["prep"].metrics == ("m/prep.json",)  # a record (its .info.json beside it)
+    assert plan["download_corpus"].metrics == ()
     assert plan["finetune@cola"].base == "finetune"
 
 
@@ -147,3 +153,55 @@ def test_config_errors_are_not_retried_io_errors_are() -> None:
     assert retried(StageError("network down", "dvc.yaml", config_error=False))
     assert not retried(Gpt1Error("bad preset", "params.yaml"))
     assert retried(OSError("disk hiccup"))
+
+
+@pytest.mark.slow  # a temporary Prefect server (~20 s): the scheduling is Prefect's and DVC's
+def test_a_stage_runs_only_with_its_slot_and_a_cached_rerun_schedules_nothing(
+        tmp_path: Path, make_params) -> None:
+    """One stage slot, two independent 1 s stages: the second becomes a task (Running) only
+    once the first has given the slot back, not while it waits. A re-run of the cached pipeline
+    runs the always-changed stage and schedules nothing else (dvc status: up to date)."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.testing.utilities import prefect_test_harness
+
+    from pipelines.gpt1_flow import UP_TO_DATE, run_graph, stage_env
+
+    dvc_repo(tmp_path, "[a, b]", """\
+        stages:
+          scan:
+            cmd: echo same > s
+            always_changed: true
+            outs: [{s: {cache: false}}]
+          prep:
+            cmd: cp s p
+            deps: [s]
+            outs: [p]
+          finetune:
+            foreach: ${tasks}
+            do:
+              cmd: sleep 1 && cp p ft_${item}
+              deps: [p]
+              outs: ["ft_${item}"]
+        """)
+    params = make_params({"orchestrate": {"max_parallel_stages": 1, "dvc_remote": None}})
+
+    @flow
+    def pipeline() -> list[dict]:
+        return run_graph(read_plan(tmp_path), params, tmp_path, stage_env(params), None)
+
+    with prefect_test_harness():
+        first = pipeline(return_state=True)
+        again = pipeline(return_state=True)
+        with get_client(sync_client=True) as client:
+            runs = [{r.name: r for r in client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))}
+                for state in (first, again)]
+    assert {r["stage"]: r["status"] for r in first.result()} == dict.fromkeys(
+        ["scan", "prep", "finetune@a", "finetune@b"], "ran")
+    a, b = sorted((runs[0]["finetune@a"], runs[0]["finetune@b"]), key=lambda r: r.start_time)
+    assert b.start_time >= a.end_time, "a task was Running while it waited for the slot"
+    assert {r["stage"]: r["status"] for r in again.result()} == {
+        "scan": "ran", "prep": UP_TO_DATE, "finetune@a": UP_TO_DATE, "finetune@b": UP_TO_DATE}
+    assert set(runs[1]) == {"scan"}  # nothing else was scheduled

@@ -90,6 +90,8 @@ def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monke
     experiment = client.get_experiment(pre_run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert tracking.run_url(on_params, parent).endswith(f"/runs/{parent}")
+    assert tracking.experiment_url(on_params) == (  # the runs table, not the UI's home page
+        f"{on_params.tracking.ui_url.rstrip('/')}/#/experiments/{experiment.experiment_id}/runs")
 
 
 def test_failed_stage_is_marked_failed_and_nests_in_process(on_params) -> None:

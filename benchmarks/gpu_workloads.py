@@ -1,0 +1,235 @@
+"""What the pipeline runs at the paper shape, measured by benchmarks/gpu_check.py on one device.
+
+- `preset_split`: the paper preset's micro-batching (micro_batch_seqs: auto, gpt1/micro_batch.py)
+  for N ranks: the probe's micro-batch of the per-rank batch 64 / N, then the updates
+  train_step runs with it (micro x accumulation), timed on one GPU (no all-reduce);
+- `pretrain_loop`: 20 updates of gpt1.pretraining.pretrain itself, on synthetic shards,
+  checkpoints every 10 (written in the background): tokens/s, the seconds checkpoints held the
+  loop and took to write, the host syncs (CUDA's sync debug mode). It needs the project's
+  environment (the params schema); elsewhere it is reported as not run;
+- `finetune_step`: one fine-tuning update of the task model (RACE: 32 examples x 4 answers x 512
+  tokens; MNLI: 32 x 1 x 128) with the auxiliary LM loss (chunked cross-entropy), timed and its
+  peak memory read;
+- `transformers_rate`: transformers' OpenAIGPTLMHeadModel at the same shape, when installed.
+Every function takes its device, so the CPU tests run the small shapes through the same code.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+from gpt1 import micro_batch
+from gpt1.heads import TaskModel
+from gpt1.model import GPT
+from gpt1.optim import build_optimizer
+from gpt1.runtime import to_device
+from gpt1.step import train_step
+from gpt1.task_losses import make_loss_fn
+from gpt1.tasks.registry import TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_PRETRAIN = {"batch_seqs": 64, "micro_batch_seqs": "auto", "seq_len": 512,
+                  "compile": True, "precision": "auto"}
+"""configs/paper.yaml's pre-training batch split (tests/unit/test_gpu_check.py keeps them equal)."""
+PAPER_FINETUNE = {"batch_size": 32, "lm_coef": 0.5, "compile": True}
+"""configs/paper.yaml's fine-tuning batch, auxiliary LM weight and compile (kept equal too)."""
+FINETUNE_SHAPES = {"race": (4, 512), "mnli": (1, 128)}
+"""task -> (sequences per example, tokens per sequence): RACE's 4 answers at the full context;
+an MNLI batch padded to 128 tokens."""
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+
+
+def compiled(module: nn.Module, on: bool) -> nn.Module:
+    """`module` compiled in place after a Dynamo reset (each configuration compiles afresh)."""
+    if on:
+        torch._dynamo.reset()
+        module.compile()
+    return module
+
+
+class CausalLoss(nn.Module):
+    """(B, T + 1) windows -> mean next-token loss (as gpt1.pretraining.CausalLM)."""
+
+    def __init__(self, lm: GPT) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, windows: torch.Tensor) -> torch.Tensor:
+        return self.lm.lm_losses(self.lm(windows[:, :-1]), windows[:, 1:]).mean()
+
+
+def seeded(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
+    torch.manual_seed(batch[0])
+    out: torch.Tensor = model(batch[1])
+    return out
+
+
+def gpt(cfg: dict[str, Any], vocab: int, device: torch.device) -> GPT:
+    torch.manual_seed(0)
+    return GPT(SimpleNamespace(**cfg), vocab).to(device)  # type: ignore[arg-type]
+
+
+def probe_micro(cfg: dict[str, Any], vocab: int, seq: int, per_rank: int, precision: str,
+                device: torch.device, limit: float | None = None) -> int:
+    """The micro-batch `micro_batch_seqs: auto` picks on this device for a per-rank batch of
+    `per_rank` sequences (one rank's memory: the probe as pre-training runs it)."""
+    lm = gpt(cfg, vocab, device).train()
+    opt = build_optimizer(lm, 1e-4, (0.9, 0.999), 1e-8, 0.01)
+    measure = micro_batch.probe(CausalLoss(lm), seq, vocab, precision, device,
+                                micro_batch.unallocated_bytes(lm, opt, 1, bucket_view=True))
+    budget = micro_batch.memory_limit(device, 1) if limit is None else limit
+    return micro_batch.choose(per_rank, measure, budget)
+
+
+def update_rate(cfg: dict[str, Any], vocab: int, seq: int, micro: int, accum: int,
+                precision: str, device: torch.device, compile_: bool, steps: int = 6
+                ) -> tuple[float, float]:
+    """(tokens/s, peak GiB) of updates of `accum` micro-batches of `micro` x seq tokens
+    through train_step, as pre-training runs them (after 2 warm-up updates)."""
+    reset_peak(device)
+    module = compiled(CausalLoss(gpt(cfg, vocab, device)).train(), compile_)
+    opt = build_optimizer(module, 2.5e-4, (0.9, 0.999), 1e-8, 0.01)
+    gen = torch.Generator().manual_seed(0)
+    data = torch.randint(0, vocab, (accum, micro, seq + 1), generator=gen)
+
+    def update(i: int) -> None:
+        batches = [(i * accum + m, to_device(data[m], device)) for m in range(accum)]
+        train_step(module, opt, batches, seeded, 2.5e-4, 1.0, precision)
+
+    for i in range(2):
+        update(i)
+    sync(device)
+    t = time.perf_counter()
+    for i in range(steps):
+        update(i)
+    sync(device)
+    return steps * accum * micro * seq / (time.perf_counter() - t), peak_gib(device)
+
+
+def finetune_step(cfg: dict[str, Any], vocab: int, task: str, batch: int, k: int, seq: int,
+                  precision: str, device: torch.device, compile_: bool, steps: int = 3
+                  ) -> tuple[float, float]:
+    """(seconds per update, peak GiB) of fine-tuning updates on `batch` examples of k
+    sequences of seq tokens (every position real), the auxiliary LM loss at PAPER_FINETUNE's
+    weight, after one warm-up update."""
+    reset_peak(device)
+    spec = TASKS[task]
+    model = compiled(TaskModel(gpt(cfg, vocab, device), spec, 0.1, 0.02).to(device).train(),
+                     compile_)
+    opt = build_optimizer(model, 6.25e-5, (0.9, 0.999), 1e-8, 0.01)
+    loss_fn = make_loss_fn(spec, float(PAPER_FINETUNE["lm_coef"]))
+    gen = torch.Generator().manual_seed(0)
+    idx = to_device(torch.randint(1, vocab, (batch, k, seq), generator=gen), device)
+    lengths = to_device(torch.full((batch, k), seq), device)
+    n_out = k if spec.fmt == "choice" else spec.n_outputs
+    labels = to_device(torch.randint(0, n_out, (batch,), generator=gen), device)
+    train_step(model, opt, [(idx, lengths, labels)], loss_fn, 6.25e-5, 1.0, precision)
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        train_step(model, opt, [(idx, lengths, labels)], loss_fn, 6.25e-5, 1.0, precision)
+    sync(device)
+    return (time.perf_counter() - t) / steps, peak_gib(device)
+
+
+def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, Any] | None = None
+                  ) -> dict[str, Any]:
+    """`steps` updates of gpt1.pretraining.pretrain at configs/paper.yaml (plus `overrides`) on
+    synthetic shards in a temp run directory, a checkpoint every steps / 2: its metrics and the
+    synchronizing CUDA calls it made. ImportError where the project's environment is missing."""
+    import numpy as np
+
+    from gpt1 import networks
+    from gpt1.config import load_params, parse_params
+    from gpt1.model import flops_per_token
+    from gpt1.pretraining import pretrain
+
+    raw = load_params(ROOT / "configs" / "paper.yaml").as_dict()
+    for section, values in (overrides or {}).items():
+        raw[section].update(values)
+    pre = raw["pretrain"]
+    pre.update(max_tokens=steps * pre["batch_seqs"] * pre["seq_len"], epochs=None,
+               warmup_steps=2, checkpoint_interval_steps=steps // 2, log_interval_steps=steps // 2,
+               eval_interval_steps=steps, eval_batches=1, zero_shot_checkpoints=0, nproc=1)
+    raw.update(device=device.type)
+    raw["tracking"]["enabled"] = False
+    vocab = 40_481
+    with tempfile.TemporaryDirectory() as tmp:
+        raw["paths"]["checkpoints"] = str(Path(tmp) / "run")
+        params = parse_params(raw, "configs/paper.yaml (gpu_check)")
+        rng = np.random.default_rng(0)
+        seq = params.pretrain.seq_len
+        train = [rng.integers(0, vocab, (steps + 2) * params.pretrain.batch_seqs * (seq + 1),
+                              dtype=np.uint16)]
+        val = [rng.integers(0, vocab, 2 * params.pretrain.batch_seqs * (seq + 1), dtype=np.uint16)]
+        torch.manual_seed(params.seed)
+        model = networks.build_model("gpt", params, vocab)
+        fpt = flops_per_token(params.model, vocab, seq)
+        meta = {"kind": "gpt", "vocab_size": vocab, "tokenizer_hash": "0" * 64}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if device.type == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                metrics = pretrain(model, train, val, params, Path(tmp) / "run", meta, fpt,
+                                   lambda step, m: None)
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
+        metrics["host_syncs"] = len([w for w in caught if "synchroniz" in str(w.message)])
+        metrics["flops_per_token"] = fpt
+    return metrics
+
+
+def transformers_rate(device: torch.device, compile_: bool, rows: int, seq: int, vocab: int,
+                      steps: int = 6) -> float | None:
+    """tokens/s of transformers' OpenAIGPTLMHeadModel (bf16 autocast, fused AdamW) at one
+    micro-batch of `rows`, or None where transformers is not installed."""
+    try:
+        from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+    except ImportError:
+        return None
+    torch._dynamo.reset()
+    cfg = OpenAIGPTConfig(vocab_size=vocab, n_positions=seq, n_embd=768, n_layer=12, n_head=12)
+    model: Any = OpenAIGPTLMHeadModel(cfg).to(device).train()
+    step_model = torch.compile(model) if compile_ else model
+    opt = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=True)
+    data = torch.randint(0, vocab, (rows, seq), device=device)
+
+    def update() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = step_model(input_ids=data, labels=data).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        update()
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        update()
+    sync(device)
+    return steps * rows * seq / (time.perf_counter() - t)

@@ -1,0 +1,163 @@
+"""Which stage records are current: DVC's view of freshness, not a hash of the whole params.
+
+A stage re-runs when the params it declares in dvc.yaml change (and only then, for params), so
+each record carries `stage_hash`, a hash of exactly those params (`stage_hash`); a record is
+current when it is the record of a stage the params define (`current_stems`: the stems dvc.yaml's
+foreach / matrix stages expand to) and its stage hash equals the one the params give now. So a
+change to, say, `zeroshot.max_examples` leaves every fine-tuning record current, as DVC leaves
+those stages up to date. A record written before stage hashes (no `stage_hash`) is judged by its
+stage's dvc.lock entry (the params DVC recorded for it), else by its whole-params
+`config_hash`, as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpt1.config import Params, _Loader, parse_params
+from gpt1.errors import Gpt1Error
+from gpt1.repo import repo_root
+
+Records = Mapping[str, Mapping[str, Any]]
+"""Record stem -> record (gpt1.records.Metrics)."""
+
+
+@functools.cache
+def _declared(dvc_yaml: Path, _mtime: int) -> dict[str, tuple[str, ...]]:
+    try:
+        stages = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+        raise Gpt1Error(f"cannot read the stages' params ({err})", dvc_yaml) from None
+    out = {}
+    for name, body in stages.items():
+        body = body.get("do", body)  # foreach stages declare inside `do:`
+        out[name] = tuple(p for p in body.get("params", []) if isinstance(p, str))
+    return out
+
+
+def dvc_yaml(root: Path | None = None) -> Path:
+    """The pipeline file of the repository at `root` (default: the one around the cwd)."""
+    return (root or repo_root()) / "dvc.yaml"
+
+
+def declared_params(stage: str, root: Path | None = None) -> tuple[str, ...]:
+    """The params keys (`finetune`, `model.backend`) dvc.yaml's stage `stage` declares."""
+    path = dvc_yaml(root)
+    declared = _declared(path, path.stat().st_mtime_ns if path.exists() else 0)
+    if stage not in declared:
+        raise Gpt1Error(f"no stage {stage!r} in dvc.yaml", dvc_yaml(root))
+    return declared[stage]
+
+
+def stage_hash(params: Params, stage: str, root: Path | None = None) -> str:
+    """sha256 (first 12 hex digits) of the values of the params `stage` declares in dvc.yaml:
+    what DVC compares to decide that the stage's params changed."""
+    raw = params.as_dict()
+    values = {}
+    for key in declared_params(stage, root):
+        value: Any = raw
+        for part in key.split("."):
+            value = value[part]
+        values[key] = value
+    blob = json.dumps({"stage": stage, "params": values}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def stage_addresses(params: Params) -> dict[str, str]:
+    """Record stem -> DVC stage address (`finetune@sst2-1234`), for every stage the params
+    define (as dvc.yaml's foreach and matrix lists expand them; tests/unit/test_freshness.py
+    checks it against DVC's own)."""
+    seeds, abl = params.pretrain.seeds, params.ablations
+    out = {name: name for name in ("download_corpus", "clean_corpus", "check_corpus",
+                                   "train_bpe", "shard_corpus")}
+    for p in seeds:
+        out |= {f"pretrain_p{p}": f"pretrain@{p}", f"pretrain_lstm_p{p}": f"pretrain_lstm@{p}",
+                f"zeroshot_p{p}": f"zeroshot@{p}", f"zeroshot_lstm_p{p}": f"zeroshot_lstm@{p}"}
+        out |= {f"finetune_{t}_p{p}": f"finetune@{t}-{p}" for t in params.finetune.tasks}
+        out |= {f"finetune_{v}_{t}_p{p}": f"ablation@{v}-{t}-{p}"
+                for v in abl.variants for t in abl.tasks}
+        out |= {f"layers_{t}_{k}_p{p}": f"transfer_layers@{t}-{k}-{p}"
+                for t in params.layers.tasks for k in params.layers.layers_transferred}
+    out |= {f"prepare_task_{t}": f"prepare_task@{t}" for t in params.finetune.tasks}
+    out |= {f"lr_pilot_{v}_{t}": f"lr_pilot@{v}-{t}" for v in abl.variants for t in abl.tasks}
+    out |= {f"finetune_bow_{t}": f"floor@{t}" for t in abl.tasks}  # no pre-training seed
+    return out
+
+
+def current_stems(params: Params) -> dict[str, str]:
+    """Record stem -> dvc.yaml stage (`finetune`), for every stage the params define."""
+    return {stem: address.split("@")[0] for stem, address in stage_addresses(params).items()}
+
+
+def _yaml(path: Path) -> Any:
+    """A YAML file as DVC reads it (YAML 1.2 floats: dvc.lock writes `1e-05`)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (safe)
+
+
+@functools.cache
+def _repo_state(root: Path, _mtimes: tuple[int, int]) -> tuple[Any, str, dict[str, Any]]:
+    """(raw params.yaml, its params' digest, stage address -> params its dvc.lock entry
+    recorded) of the repository at `root`."""
+    raw = _yaml(root / "params.yaml")
+    lock = _yaml(root / "dvc.lock") or {}
+    recorded = {addr: (entry.get("params") or {}).get("params.yaml", {})
+                for addr, entry in (lock.get("stages") or {}).items()}
+    return raw, parse_params(raw, root / "params.yaml").digest(), recorded
+
+
+def _lookup(raw: Any, key: str) -> Any:
+    for part in key.split("."):
+        raw = raw[part]
+    return raw
+
+
+def lock_current(params: Params, stem: str) -> bool | None:
+    """Whether dvc.lock's entry for the stage of record `stem` recorded the params that stage
+    declares as params.yaml holds them now (DVC's own test of a stage's params); None when
+    dvc.lock cannot tell: no lock or no entry, or `params` are not the repository's
+    params.yaml (a stage run with --params)."""
+    root = repo_root()
+    files = root / "params.yaml", root / "dvc.lock"
+    address = stage_addresses(params).get(stem)
+    if address is None or not all(f.is_file() for f in files):
+        return None
+    raw, digest, recorded = _repo_state(root, tuple(f.stat().st_mtime_ns for f in files))
+    if digest != params.digest() or address not in recorded:
+        return None
+    try:
+        return all(recorded[address].get(k) == _lookup(raw, k)
+                   for k in declared_params(address.split("@")[0], root))
+    except (KeyError, TypeError):
+        return False
+
+
+def is_current(params: Params, stem: str, record: Mapping[str, Any],
+               old_hash: str | None = None) -> bool:
+    """Whether `record` (stem `stem`) is its stage's record under `params`: its `stage_hash`
+    equals the stage's now; a record without one (written before stage hashes) by its stage's
+    dvc.lock entry (lock_current), else by its `config_hash` against `old_hash` (default the
+    params' digest)."""
+    if "stage_hash" not in record:  # written before stage hashes: dvc.lock, else the digest
+        by_lock = lock_current(params, stem)
+        if by_lock is not None:
+            return by_lock
+        return record.get("config_hash") == (old_hash or params.digest())
+    stage = current_stems(params).get(stem)
+    return stage is not None and record["stage_hash"] == stage_hash(params, stage)
+
+
+def current_records(params: Params, metrics: Records) -> dict[str, dict[str, Any]]:
+    """The records of the stages the params define (other configs' leftovers dropped), stale
+    ones included: the report lists those as stale, the headline leaves them out. A record
+    written before stage hashes may have the one-run layout's stem (`finetune_cola`)."""
+    stems = current_stems(params)
+    first = params.pretrain.seeds[0]  # a record of the one-run layout has no `_p<seed>` suffix
+    return {s: dict(m) for s, m in metrics.items()
+            if s in stems or ("stage_hash" not in m and f"{s}_p{first}" in stems)}
