@@ -46,12 +46,14 @@ STAGES: dict[str, str] = {
     "finetune": "finetune",
     "lr_pilot": "lr_pilot",
     "ablation": "ablation",
+    "floor": "floor_stage",
     "transfer_layers": "transfer_layers",
     "zeroshot": "zeroshot",
     "zeroshot_lstm": "zeroshot_lstm",
     "report": "report",
 }
-TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "transfer_layers"}
+TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "floor",
+                         "transfer_layers"}
 LAUNCHED_STAGES = {"pretrain", "pretrain_lstm"}
 """Stages that run as pretrain.nproc processes (DDP), launched by the stage's own command."""
 # Stages that run a model on params `device` (the data stages and the report run on the CPU).
@@ -112,10 +114,14 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def stage_docs() -> dict[str, str]:
-    """Each stage function's docstring, read from gpt1/stages.py without importing it (torch)."""
-    tree = ast.parse((Path(__file__).parent / "stages.py").read_text(encoding="utf-8"))
-    return {node.name: ast.get_docstring(node) or "" for node in tree.body
-            if isinstance(node, ast.FunctionDef)}
+    """Each stage function's docstring, read from gpt1/stages.py (and gpt1/floor.py, whose
+    stage stages.py imports) without importing them (torch)."""
+    docs = {}
+    for name in ("floor.py", "stages.py"):  # a name in both: the stage in stages.py
+        tree = ast.parse((Path(__file__).parent / name).read_text(encoding="utf-8"))
+        docs.update({node.name: ast.get_docstring(node) or "" for node in tree.body
+                     if isinstance(node, ast.FunctionDef)})
+    return docs
 
 
 def _first_paragraph(doc: str) -> str:

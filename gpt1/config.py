@@ -233,6 +233,9 @@ class LstmCfg(Section):
     """Dropout on the embeddings and on the LSTM outputs."""
     initializer_range: PosFloat
     """Std of the N(0, s) init of the embedding and projection (as the Transformer's)."""
+    lr_max: PosFloat | None
+    """Peak lr of the LSTM's pre-training (its own: an LSTM trains at another lr than the
+    Transformer); null = pretrain.lr_max. Every other pre-training setting is pretrain's."""
 
 
 class PretrainCfg(Section):
@@ -336,6 +339,10 @@ class FinetuneCfg(Section):
     """final = score the last epoch (the paper: 3 epochs, no selection); dev = keep the epoch
     best on the dev split (accuracy for F1 tasks, degenerate epochs last, ties to the later
     epoch); the dev split is never a reported one."""
+    bucket_pool_batches: PosInt | None
+    """Length-bucketed batches (gpt1/batching.py): each epoch's seeded shuffle is cut into pools
+    of this many batches, each pool sorted by length into batches, the batches visited in a
+    seeded order (the same examples and updates, less padding); null = random batches."""
     overrides: dict[str, TaskOverride]
     log_interval_steps: PosInt
     """Train loss read from the device and logged every this many updates and at each epoch's
@@ -498,6 +505,22 @@ class LrPilotCfg(Section):
     """Fine-tuning seed of the pilot runs (and of the carve)."""
 
 
+class FloorCfg(Section):
+    """Table 5's bag-of-words floor (gpt1/floor.py): TF-IDF word n-grams + logistic regression,
+    C chosen by stratified k-fold CV on each run's training sample only."""
+
+    ngram_max: PosInt
+    """Word n-grams 1..ngram_max (2 = uni+bigrams)."""
+    min_df: PosInt
+    """An n-gram enters the vocabulary when at least this many training texts have it."""
+    c_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=1)]
+    """Inverse regularisation strengths tried (ties to the smaller C)."""
+    cv_folds: Annotated[int, Field(ge=2)]
+    """Folds of the cross-validation that chooses C."""
+    max_iter: PosInt
+    """Solver iterations of the logistic regression."""
+
+
 class AblationsCfg(Section):
     """Table 5 ablations: the same finetune stage over variants x tasks (spec §3)."""
 
@@ -507,6 +530,9 @@ class AblationsCfg(Section):
     """Rows run by DVC (ablation@<variant>-<task>); each a key of `presets`."""
     presets: dict[str, AblationPreset]
     pilot: LrPilotCfg
+    floor: FloorCfg
+    """The bag-of-words floor row (stage floor@<task> per task of `tasks`; a regression or
+    multiple-choice task records that the floor does not apply)."""
 
     @model_validator(mode="after")
     def _known_variants(self) -> AblationsCfg:

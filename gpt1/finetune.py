@@ -28,6 +28,7 @@ from torch import nn
 
 from gpt1 import atomic, runtime
 from gpt1.backends import backend_of
+from gpt1.batching import epoch_batches, example_lengths
 from gpt1.config import Params
 from gpt1.heads import TaskModel
 from gpt1.interrupt import StopRequest, stop_on_signals
@@ -75,6 +76,8 @@ class Hparams:
     data_seed: int
     select: str
     """final = score the last epoch; dev = the epoch best on the dev split (never reported)."""
+    bucket_pool_batches: int | None
+    """Length buckets: batches per length-sorted pool (gpt1/batching.py); None = random."""
     device: str
     """params.device (auto | cpu | cuda): where finetune_task runs unless told otherwise."""
     log_interval_steps: int
@@ -102,7 +105,7 @@ def resolve_hparams(params: Params, task: str) -> Hparams:
         max_eval_examples=pick("max_eval_examples"), betas=(pt.adam_beta1, pt.adam_beta2),
         eps=pt.adam_eps, weight_decay=pt.weight_decay, grad_clip=pt.grad_clip,
         precision=pt.precision, init_std=params.model.initializer_range, data_seed=params.seed,
-        select=ft.select,
+        select=ft.select, bucket_pool_batches=ft.bucket_pool_batches,
         device=params.device, log_interval_steps=ft.log_interval_steps, compile=ft.compile,
     )
 
@@ -135,6 +138,24 @@ def selection_key(spec: TaskSpec, dev: dict[str, float], pred: np.ndarray, epoch
         share = np.unique(pred, return_counts=True)[1].max() / len(pred)
         degenerate = bool(share >= DEGENERATE_SHARE)
     return (not degenerate, float(dev[metric]), epoch)
+
+
+def pilot_key(spec: TaskSpec, scores: dict[str, float], pred: np.ndarray,
+              log_loss: float | None, lr: float) -> tuple[bool, float, float, float]:
+    """Sort key of one pilot configuration (max wins): not degenerate, then the score
+    (accuracy for an F1 task), then the lower log-loss, then the larger lr (a tie never goes
+    to the configuration that moved the weights least)."""
+    not_degenerate, score, _ = selection_key(spec, scores, pred, 0)
+    return (not_degenerate, score, -math.inf if log_loss is None else -log_loss, lr)
+
+
+def log_loss(spec: TaskSpec, out: np.ndarray, labels: np.ndarray) -> float | None:
+    """Mean negative log-likelihood of the true labels under the head's softmax (a choice
+    task: over its answers); None for a regression task."""
+    if spec.regression or not len(labels):
+        return None
+    logp = torch.log_softmax(torch.from_numpy(np.asarray(out, dtype=np.float32)), dim=-1)
+    return float(-logp[torch.arange(len(labels)), torch.as_tensor(labels)].mean())
 
 
 def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,
@@ -252,12 +273,16 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     best: tuple[tuple[bool, float, int], dict[str, torch.Tensor] | None, np.ndarray] | None = None
     history = []
     step, t0, seen = 0, time.perf_counter(), 0
+    example_lens = example_lengths(train.seqs)
+    order_rng = np.random.default_rng([seed, 1])  # batch order only: `rng` draws as before
     bar = progress(total=total, desc=f"{spec.name} seed {seed}", unit="step")
     for epoch in range(hp.epochs):
         model.train()
         perm = rng.permutation(len(train))
-        for start in range(0, len(train), hp.batch_size):
-            rows = perm[start : start + hp.batch_size].tolist()
+        batches = epoch_batches(perm, example_lens, hp.batch_size, hp.bucket_pool_batches,
+                                order_rng)
+        for b_i, batch_rows in enumerate(batches):
+            rows = batch_rows.tolist()
             idx, lengths = collate([train.seqs[i] for i in rows], device)
             batch = (idx, lengths, _labels(spec, train, rows, device))
             lr = lr_at(step, total, warmup, hp.lr, "linear")  # t before its increment (optim)
@@ -267,7 +292,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
             step += 1
             seen += len(rows)
             bar.update(1)
-            if step % hp.log_interval_steps == 0 or start + hp.batch_size >= len(train):
+            if step % hp.log_interval_steps == 0 or b_i == len(batches) - 1:
                 watch.check()  # the loop's only host reads: log points, epoch ends
                 stats = {"loss": loss.item(), "grad_norm": norm.item(), "lr": lr}
                 bar.set_postfix(loss=f"{stats['loss']:.3f}")
@@ -300,6 +325,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     eval_s = time.perf_counter() - t1
     pred = head_predictions(spec, test_out)
     scores = score_split(spec, test.labels, pred, test.groups)
+    test_log_loss = log_loss(spec, test_out, test.labels)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
     _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
     atomic.write_bytes(out_dir / f"train_ids_seed{seed}.parquet",
@@ -309,6 +335,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                            best[2])
     return {"seed": seed, "scores": scores, "kept_epoch": best[0][2] if best else hp.epochs,
             "dev_history": history, "steps": step, "warmup_steps": warmup,
+            "log_loss": test_log_loss,
             "n_train": len(train), "backend": backend_of(model),
             "train_examples_per_s": seen / train_s, "eval_examples_per_s": len(test) / eval_s}
 

@@ -103,6 +103,7 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
         "pretrain_seed": pretrain_seed, "select": hp.select, "lr": hp.lr,
         "warmup_steps": result["seeds"][0]["warmup_steps"],
         "kept_epoch": [r["kept_epoch"] for r in result["seeds"]],
+        "log_loss": [r.get("log_loss") for r in result["seeds"]],
         "train_examples_per_s": round(sum(r["train_examples_per_s"]
                                           for r in result["seeds"]) / len(result["seeds"]), 1),
         "eval_examples_per_s": round(sum(r["eval_examples_per_s"]

@@ -48,6 +48,17 @@ WORKER_POLL_SECONDS = "2"  # Prefect's default poll (15 s) delays every run star
 STOP_ORDER = ("mlflow-ui", "worker", "prefect-server")
 SETTINGS_FILE = "prefect.toml"  # read by Prefect from the working directory
 SETTINGS_MARK = "# written by `gpt1 serve`; removed by `gpt1 serve --stop`"
+# A flow run whose worker is gone (a lost machine) would stay Running forever: its process sends
+# a heartbeat event every FLOW_HEARTBEAT_SECONDS (Prefect's least; set by prefect.yaml's
+# deployments for their runs and by prefect.toml for flows started in the repo, since every run
+# on the server must beat this often), and Prefect's own zombie automation (docs "Detect zombie
+# flows") marks a run Crashed once ZOMBIE_AFTER_SECONDS pass without one; a re-run of the
+# deployment then picks up from dvc.lock.
+FLOW_HEARTBEAT_SECONDS = 30
+ZOMBIE_AFTER_SECONDS = 3 * FLOW_HEARTBEAT_SECONDS
+ZOMBIE_AUTOMATION = "gpt1: crash flow runs without heartbeats"
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+FINAL_EVENTS = [f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -187,6 +198,10 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        # the stage slots' leases on disk ($PREFECT_HOME), not in the server's memory: a killed
+        # server forgot them, so the slots its runs held never came back and every later run
+        # waited forever (found by benchmarks/chaos.py); Prefect's own file lease storage
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,
         "DO_NOT_TRACK": "true",
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_TRACKING_URI": uri,
@@ -219,6 +234,7 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
         if done.returncode:
             tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
             raise Gpt1Error(f"`prefect {' '.join(cmd[1:])}` failed: {tail}", root / "prefect.yaml")
+    _create_zombie_automation(prefect, env, root)
     if "worker" not in services:
         services["worker"] = _spawn(
             "worker", [prefect, "worker", "start", "--pool", POOL], env, home, root
@@ -246,13 +262,50 @@ def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[s
     return _read_state(path)
 
 
+def zombie_automation() -> dict[str, Any]:
+    """Prefect's zombie-flow automation: after a flow run's heartbeat, expect another heartbeat
+    or a final state within ZOMBIE_AFTER_SECONDS, else set the run Crashed."""
+    return {
+        "name": ZOMBIE_AUTOMATION,
+        "description": "A flow run whose process stopped sending heartbeats (its worker or "
+                       "machine is gone) is marked Crashed; re-run it to resume from dvc.lock.",
+        "enabled": True,
+        "trigger": {
+            "type": "event", "posture": "Proactive", "threshold": 1,
+            "within": ZOMBIE_AFTER_SECONDS,
+            "match": {"prefect.resource.id": "prefect.flow-run.*"},
+            "for_each": ["prefect.resource.id"],
+            "after": ["prefect.flow-run.heartbeat"],
+            "expect": ["prefect.flow-run.heartbeat", *FINAL_EVENTS],
+        },
+        "actions": [{"type": "change-flow-run-state", "state": "CRASHED",
+                     "message": f"no heartbeat for {ZOMBIE_AFTER_SECONDS} s: the flow run's "
+                                "process is gone (worker or machine lost)"}],
+    }
+
+
+def _create_zombie_automation(prefect: str, env: dict[str, str], root: Path) -> None:
+    """Create the automation unless the server has it (a restarted stack keeps its own)."""
+    listed = subprocess.run([prefect, "automation", "inspect", ZOMBIE_AUTOMATION, "--json"],
+                            cwd=root, env=env, capture_output=True, text=True)
+    if listed.returncode == 0 and ZOMBIE_AUTOMATION in listed.stdout:
+        return
+    done = subprocess.run([prefect, "automation", "create", "--from-json",
+                           json.dumps(zombie_automation())],
+                          cwd=root, env=env, capture_output=True, text=True)
+    if done.returncode:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
+        raise Gpt1Error(f"`prefect automation create` failed: {tail}", root / "prefect.yaml")
+
+
 def write_settings(root: Path, api: str) -> Path:
     """`<root>/prefect.toml` naming the server's API URL (refuses to replace a user's file)."""
     path = root / SETTINGS_FILE
     if path.exists() and not path.read_text(encoding="utf-8").startswith(SETTINGS_MARK):
         raise Gpt1Error("exists and was not written by `gpt1 serve`; add "
                         f'[api] url = "{api}" to it yourself, or move it away', path)
-    atomic.write_text(path, f'{SETTINGS_MARK}\n[api]\nurl = "{api}"\n')
+    atomic.write_text(path, f'{SETTINGS_MARK}\n[api]\nurl = "{api}"\n\n'
+                            f"[flows]\nheartbeat_frequency = {FLOW_HEARTBEAT_SECONDS}\n")
     return path
 
 

@@ -34,22 +34,23 @@ from gpt1 import (
     zeroshot_stage,
 )
 from gpt1.backends import backend_of
-from gpt1.config import Params, parse_params
+from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import (
     body_factory,
     finetune_task,
+    pilot_key,
     resolve_hparams,
-    selection_key,
     train_subset_seed,
 )
+from gpt1.floor import floor_stage  # noqa: F401 (the `floor` stage, dispatched by name)
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
 from gpt1.report import document
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
-from gpt1.variants import ablation_params, layers_caps, override, pilot_lr
+from gpt1.variants import ablation_params, layers_caps, lm_params, override, pilot_lr
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
     stage = f"{name}_p{seed}"
     if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stages.py)
         return hf_stages.pretrain(params, stage, kind, seed, Path(run_dir), record)
-    record_params, params = params, parse_params({**params.as_dict(), "seed": seed}, "<seed>")
+    record_params, params = params, lm_params(params, kind, seed)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
@@ -348,7 +349,7 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
 def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     """The lr pilot of a Table 5 baseline: every lr of ablations.pilot.lr_grid fine-tunes on
     the training pool minus a carved dev split (seeded, ablations.pilot.dev_examples) and is
-    scored on that split; the best (degenerate predictors last, ties to the earlier lr) is the
+    scored on that split; the best (one class last, then score, log-loss, the larger lr) is the
     ablation's lr. Runs on the first pre-training seed. No scored split is touched."""
     cfg = params.ablations.pilot
     abl = params.ablations
@@ -371,7 +372,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     # the pilot's runs score (as their `test`) the carved dev split; they select nothing
     load.write_tables({"train": train, "dev": dev, "test": dev}, base / "tables" / task)
     keys, scores = {}, {}
-    for i, lr in enumerate(cfg.lr_grid):
+    for lr in cfg.lr_grid:
         run = ablation_params(params, variant, lr)
         run = override(run, finetune={"seeds": [cfg.seed], "select": "final"},
                         paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
@@ -383,7 +384,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
         pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
         flat = {k: v["mean"] for k, v in m["scores"].items()}
         scores[f"{lr:g}"] = flat[spec.metric]
-        keys[lr] = selection_key(spec, flat, pred, -i)
+        keys[lr] = pilot_key(spec, flat, pred, m["log_loss"][0], lr)
     chosen = max(keys, key=keys.__getitem__)
     metrics = {"variant": variant, "task": task, "metric": spec.metric,
                "grid": list(cfg.lr_grid), "dev_scores": scores, "chosen_lr": chosen,
@@ -391,8 +392,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                              f"{len(pool)}-example training pool ({spec.sources['train']}); "
                              "trained on the rest, capped as the task's fine-tuning"),
                "chosen_by": ("dev " + ("accuracy" if spec.metric == "f1" else spec.metric)
-                             + "; predictions >= 95 % one class rank last; ties to the earlier "
-                             "lr of the grid"),
+                             + "; >= 95 % one class last, lower log-loss next, larger lr on ties"),
                "pretrain_seed": seed, "seed": cfg.seed}
     with tracking.start_run(f"lr_pilot_{variant}_{task}", params):  # the stage's own run
         record(params, f"lr_pilot_{variant}_{task}", metrics, ("dev_scores", "chosen_lr"),

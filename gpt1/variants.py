@@ -19,6 +19,15 @@ def override(params: Params, **sections: dict[str, Any]) -> Params:
     return parse_params(raw, "<override>")
 
 
+def lm_params(params: Params, kind: str, seed: int) -> Params:
+    """The params one pre-training run trains with: `seed` as the seed, and for the LSTM
+    (`kind` lstm) its own peak lr, lstm.lr_max, where set (null: pretrain.lr_max)."""
+    raw = {**params.as_dict(), "seed": seed}
+    if kind == "lstm" and params.lstm.lr_max is not None:
+        raw["pretrain"] = {**raw["pretrain"], "lr_max": params.lstm.lr_max}
+    return parse_params(raw, "<seed>")
+
+
 def ablation_params(params: Params, variant: str, lr: float | None = None) -> Params:
     """The finetune params of one Table 5 row (ablations.presets[variant]); `lr` replaces
     finetune.lr and any per-task lr (the lr its pilot chose)."""

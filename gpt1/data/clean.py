@@ -16,6 +16,8 @@ import multiprocessing
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,13 +190,20 @@ def _clean_job(job: tuple[RawDocument, CleanCfg]) -> CleanedDocument:
 
 def _map_ordered(docs: Iterable[RawDocument], cfg: CleanCfg) -> Iterator[CleanedDocument]:
     """clean_document over docs, in input order; `cfg.workers` processes (spawned, so safe
-    inside Prefect); order and output do not depend on the worker count."""
+    inside Prefect); order and output do not depend on the worker count. A worker that dies
+    (killed, out of memory) stops the stage in one line: a multiprocessing.Pool would wait for
+    its lost document forever."""
     jobs = ((doc, cfg) for doc in docs)
     if cfg.workers <= 1:
         yield from map(_clean_job, jobs)
         return
-    with multiprocessing.get_context("spawn").Pool(cfg.workers) as pool:
-        yield from pool.imap(_clean_job, jobs, chunksize=1)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(cfg.workers, mp_context=context) as pool:
+        try:
+            yield from pool.map(_clean_job, jobs)
+        except BrokenProcessPool:
+            raise Gpt1Error("a cleaning worker process died (killed or out of memory); "
+                            "nothing was written, re-run the stage", "clean.workers") from None
 
 
 def clean_documents(

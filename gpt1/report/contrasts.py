@@ -265,6 +265,27 @@ def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
     return list(dict.fromkeys(out))
 
 
+def arm_flags(results: Mapping[str, dict[str, Any]], component: str, runs: RunPreds | None,
+              params: Params) -> list[str]:
+    """Why one arm on one task is flagged (empty = not): at least half its runs degenerate (a
+    run is degenerate at >= report.degenerate_frac of its predictions one class), or its CI
+    does not clear the majority baseline (`cell_flags`)."""
+    task = component.split(".")[0]
+    if runs is None:
+        return cell_flags(results, [component], {}, None, params)
+    out = []
+    if not TASKS[task].regression:
+        shares = [np.unique(p.prediction, return_counts=True)[1].max() / len(p.prediction)
+                  for p in runs.values() if len(p.prediction)]
+        n_deg = sum(s >= params.report.degenerate_frac for s in shares)
+        if shares and 2 * n_deg >= len(shares):
+            out.append(f"{n_deg} of {len(shares)} runs >= "
+                       f"{100 * params.report.degenerate_frac:.0f} % one class")
+    ci = contrast([{task: runs}], [1.0], [[component]], params)
+    return out + [f for f in cell_flags(results, [component], {}, ci, params)
+                  if f.startswith("CI") or f.startswith("binomial")]
+
+
 def approx_low(results: Mapping[str, dict[str, Any]], components: Sequence[str]
                ) -> float | None:
     """Without prediction files: the lower 95 % bound of a cell from the example variance

@@ -14,7 +14,14 @@ import numpy as np
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.records import Metrics, layer_results
-from gpt1.report.contrasts import Preds, Term, component_term, read_predictions, run_contrast
+from gpt1.report.contrasts import (
+    Preds,
+    Term,
+    arm_flags,
+    component_term,
+    read_predictions,
+    run_contrast,
+)
 from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
 from gpt1.report.verdict import (
     NO_CI,
@@ -71,6 +78,7 @@ def layers_finding(params: Params, metrics: Metrics,
                  f" Tested on {', '.join(t.upper() for t in tasks)}, a deviation from the "
                  "paper's MNLI and RACE (chosen where the model learns; docs/study.md).")
     ci = "n/a" if b is None else f"95 % CI {ci_pts(b.ci)}"
+    flagged = k_flags(params, recs, tasks, ks)
     line = (f"- **(c) {claim}: {verdict}.** {n_layer} x slope of accuracy over k = "
             f"{', '.join(map(str, ks))} blocks, mean over {', '.join(t.upper() for t in tasks)} "
             f"= {pts(est)} points over {len(points)} runs ({pretrain_text(per, b)}), "
@@ -79,8 +87,25 @@ def layers_finding(params: Params, metrics: Metrics,
             "bootstrap, examples shared by every k and run. MDE "
             f"({100 * params.report.power:.0f} % power): {100 * mde:.1f} points over "
             f"{n_layer} blocks.{deviation}")
-    return Finding("c", claim, verdict, f"{pts(est)} pts", ci, f"{100 * mde:.1f} points", "",
-                   line)
+    if flagged:
+        line += (f" Flagged arms ({flagged}): a slope through a non-learning arm does not count "
+                 "as reproducing the paper.")
+    return Finding("c", claim, verdict, f"{pts(est)} pts", ci, f"{100 * mde:.1f} points",
+                   flagged, line)
+
+
+def k_flags(params: Params, recs: Mapping[str, Mapping[int, Mapping[str, Any]]],
+            tasks: Sequence[str], ks: Sequence[int]) -> str:
+    """`k = <k> on <TASK>: reasons` of each transfer point (an arm of (c)) that is flagged."""
+    out = []
+    for t in tasks:
+        for k in ks:
+            m = recs[t][k]
+            runs = read_predictions(m, "test" if "test" in m.get("predictions", {}) else "dev")
+            flags = arm_flags({t: dict(m)}, f"{t}.{scored_key(m)}", runs, params)
+            if flags:
+                out.append(f"k = {k} on {t.upper()}: {'; '.join(flags)}")
+    return "; ".join(out)
 
 
 def _zs_records(metrics: Metrics, model: str) -> list[dict[str, Any]]:

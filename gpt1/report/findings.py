@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.records import Metrics, variant_results
@@ -45,6 +43,13 @@ def row_mde(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
     se = stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy, sd.accuracy),
                          max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1))
     return stats.mde(se, params.report.power, 0.90 if one_sided else 0.95, one_sided)
+
+
+def harmonic_n(ns: Sequence[float]) -> float:
+    """The n whose per-example variance term equals that of the mean over tasks of sizes `ns`
+    (their harmonic mean; the arithmetic mean overstates it when the sizes differ)."""
+    ns = [n for n in ns if n > 0]
+    return len(ns) / sum(1.0 / n for n in ns) if ns else 0.0
 
 
 def flagged_arms(params: Params, metrics: Metrics, variants: Sequence[str],
@@ -95,13 +100,17 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
     rows = [row_predictions(res[better]), row_predictions(res[worse])]
     b = contrast(rows, [1.0, -1.0], [[c] for c in comps], params)
     n_pre, n_ft = design(points)
-    n_eval = float(np.mean([res[better][t].get("n_eval", 0) or 0 for t in tasks]))
-    mde = row_mde(params, n_pre, n_ft, n_eval, len(tasks), one_sided=margin is not None)
+    n_task = {t: float(res[better][t].get("n_eval", 0) or 0) for t in tasks}
+    mde = row_mde(params, n_pre, n_ft, harmonic_n(list(n_task.values())), len(tasks),
+                  one_sided=margin is not None)
+    alone = {t: row_mde(params, n_pre, n_ft, n, 1, margin is not None) for t, n in n_task.items()}
+    per_task_mde = ", ".join(f"{t.upper()} {100 * m:.1f}" for t, m in alone.items())
     if margin is None:
         verdict = NO_CI if b is None else stats.superiority(b)
         test = ("superiority: held = 95 % CI above 0 and the same sign in every pre-training "
                 "seed, not held = CI below 0; margin: none")
-        mde_text = f"{100 * mde:.1f} points"
+        mde_text = (f"{100 * mde:.1f} points"
+                    + (f" (each task alone: {per_task_mde})" if len(tasks) > 1 else ""))
         ci = "n/a" if b is None else f"95 % CI {ci_pts(b.ci)}"
     else:
         verdict = NO_CI if b is None else stats.non_superiority(b, margin)

@@ -24,6 +24,7 @@ from gpt1.report.contrasts import (
     row_predictions,
     seed_mean,
 )
+from gpt1.report.floor_row import floor_line, render_floor_row
 
 TABLE_TITLES = {
     "table2": "Table 2: natural language inference (accuracy)",
@@ -185,6 +186,9 @@ def render_ablations(params: Params, metrics: Metrics) -> str:
                             ("flag", ["FLAG" if flags[c] else "-" if checked[c]
                                       else "unchecked" for c in order])):
             lines.append(f"| | {name} | {texts[0]} | | " + " | ".join(texts[1:]) + " |")
+    floor_rows, floor_notes = render_floor_row(params, metrics, cols, matched)
+    lines += floor_rows
+    notes += floor_notes
     for kind in ("chance", "majority"):
         per_col = {c: baseline_text(full, cfg.columns[c], kind) if cfg.columns[c] != ("glue",)
                    else "n/a" for c in cols}
@@ -192,7 +196,8 @@ def render_ablations(params: Params, metrics: Metrics) -> str:
         avg = f"{np.mean(nums):.1f}" if matched and len(nums) == len(matched) else "n/a"
         lines.append(f"| {kind} baseline | | {avg} | | "
                      + " | ".join(per_col[c] for c in cols) + " |")
-    return "\n".join(lines + [""] + _footnotes(notes))
+    against = floor_line(params, metrics, cols)
+    return "\n".join(lines + [""] + _footnotes(notes) + ([""] + against if against else []))
 
 
 def preds_cols(preds: RowPreds, cfg: Any, col: str) -> list[str]:

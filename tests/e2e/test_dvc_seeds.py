@@ -48,10 +48,11 @@ def test_dvc_runs_every_model_stage_per_pretraining_seed(tmp_path: Path) -> None
     per_seed = ["pretrain@{}", "pretrain_lstm@{}", "finetune@sst2-{}", "ablation@scratch-sst2-{}",
                 "ablation@lstm-sst2-{}", "transfer_layers@sst2-0-{}", "transfer_layers@sst2-2-{}",
                 "zeroshot@{}", "zeroshot_lstm@{}"]
-    assert {s.format(p) for s in per_seed for p in SEEDS} | {"lr_pilot@scratch-sst2"} <= set(
-        stages)
+    assert {s.format(p) for s in per_seed for p in SEEDS} | {"lr_pilot@scratch-sst2",
+                                                              "floor@sst2"} <= set(stages)
     out = _run(["dvc", "repro", "report"], repo)
     assert all(f"Running stage '{s.format(p)}'" in out for s in per_seed for p in SEEDS)
+    assert out.count("Running stage 'floor@sst2'") == 1  # the floor has no pre-training seed
 
     metrics = repo / "reports" / "metrics"
     pilot = json.loads((metrics / "lr_pilot_scratch_sst2.info.json").read_text())
@@ -72,6 +73,10 @@ def test_dvc_runs_every_model_stage_per_pretraining_seed(tmp_path: Path) -> None
             zs = json.loads((metrics / f"{stem}.info.json").read_text())
             assert zs["pretrain_seed"] == p and zs["steps"][0] == 0
         assert (repo / "data" / "pretrain" / "transformer" / f"p{p}" / "model.json").is_file()
+    floor = json.loads((metrics / "finetune_bow_sst2.info.json").read_text())
+    assert "pretrain_seed" not in floor and floor["seeds"] == [0, 1]
+    for path in floor["predictions"]["test"]:
+        scored.add(tuple(pd.read_parquet(repo / path)["id"]))
     assert len(scored) == 1  # every run and seed: the same examples in the same order
     weights = [(repo / "data" / "pretrain" / "transformer" / f"p{p}" / "model.safetensors")
                .read_bytes() for p in SEEDS]

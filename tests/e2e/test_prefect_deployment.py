@@ -5,7 +5,8 @@ pointed at that mirror. Each of the README's "Orchestration" lines runs as writt
 port and the test's stage subset appended) in a fresh `bash -c` without PREFECT_API_URL, as a
 new shell would: `gpt1 serve` starts a Prefect server on a free 127.0.0.1 port (temporary
 PREFECT_HOME), creates the `gpu` pool, deploys prefect.yaml and starts a worker. A first demo
-run is killed with its worker in the middle of pre-training; `gpt1 serve` restarts the
+run is killed with its worker in the middle of pre-training (that run ends Crashed: Prefect's
+zombie-run automation, which serve creates, sees its heartbeats stop); `gpt1 serve` restarts the
 worker and the README's watched demo run completes: finished stages are skipped,
 pre-training resumes from its checkpoint, the two fine-tunes overlap, dvc.lock and MLflow
 hold everything, logged with the demo's params (a stage DVC found cached logs no new run). A
@@ -181,6 +182,25 @@ def slots_in_use(api_url: str) -> int:
     return int(limit.active_slots)
 
 
+def serve_heartbeat_window() -> float:
+    """Seconds after the last heartbeat at which Prefect's automation crashes a lost run, plus
+    the heartbeat interval and the triggers service's slack."""
+    from gpt1 import serve
+
+    return float(serve.ZOMBIE_AFTER_SECONDS + serve.FLOW_HEARTBEAT_SECONDS + 30)
+
+
+def flow_run_state(api_url: str, flow_run_id: str, crashed_within: float) -> Any:
+    """The flow run's state once it is Crashed, or after `crashed_within` seconds."""
+    deadline = time.monotonic() + crashed_within
+    while True:
+        with api_client(api_url) as client:
+            state = client.read_flow_run(flow_run_id).state
+        if state.is_crashed() or time.monotonic() > deadline:
+            return state
+        time.sleep(2)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -311,6 +331,11 @@ def test_deployment_run_completes_resumes_and_overlaps(tmp_path: Path) -> None:
         losses = client.get_metric_history(children["pretrain@1234"].info.run_id, "loss")
         assert losses and min(m.step for m in losses) > killed_at, "pre-training restarted at 0"
         assert (run_dir / "model.safetensors").exists()
+
+        # the lost worker's flow run ended Crashed: its heartbeats stopped and Prefect's own
+        # zombie automation (created by `gpt1 serve`) set the state; it is not Running forever
+        lost = flow_run_state(api, first, crashed_within=serve_heartbeat_window())
+        assert lost.is_crashed() and "no heartbeat" in (lost.message or ""), lost
 
         # the two fine-tunes ran at the same time (max_parallel_stages = 2)
         a, b = (tasks[f"finetune@{t}-1234"] for t in TASKS)

@@ -65,8 +65,11 @@ def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(tiny_params
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
     dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    for name in ("lr_pilot", "ablation", "transfer_layers", "zeroshot", "zeroshot_lstm", "report"):
+    for name in ("lr_pilot", "ablation", "floor", "transfer_layers", "zeroshot", "zeroshot_lstm",
+                 "report"):
         assert name in STAGES and name in dvc
+    assert dvc["floor"]["foreach"] == "${ablations.tasks}"  # no pre-training seed
+    assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
     assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
     assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
     assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
@@ -96,3 +99,15 @@ def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
     assert study.finetune.overrides["mnli"].lr == 1e-3
     off = make_params({"layers": {"max_train_examples": None, "max_eval_examples": None}})
     assert variants.layers_caps(off, "mnli") == off
+
+
+def test_the_lstm_pretrains_at_its_own_lr_where_set(make_params) -> None:
+    same = make_params()
+    assert same.lstm.lr_max is None
+    assert variants.lm_params(same, "lstm", 7).pretrain.lr_max == same.pretrain.lr_max
+    own = make_params({"lstm": {"lr_max": 2e-3}})
+    lstm, gpt = variants.lm_params(own, "lstm", 7), variants.lm_params(own, "gpt", 7)
+    assert (lstm.pretrain.lr_max, gpt.pretrain.lr_max) == (2e-3, own.pretrain.lr_max)
+    assert lstm.seed == gpt.seed == 7
+    assert lstm.model_dump(exclude={"pretrain", "seed"}) == own.model_dump(
+        exclude={"pretrain", "seed"})

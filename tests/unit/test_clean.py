@@ -121,3 +121,35 @@ def test_changed_raw_file_is_refused(tmp_path, make_params) -> None:
     with pytest.raises(Gpt1Error, match="changed since download_corpus"):
         stages.clean_corpus(params)
 
+
+
+def test_a_killed_cleaning_worker_stops_the_stage_instead_of_hanging(make_params) -> None:
+    """SIGKILL a cleaning worker while the workers start: one line (Gpt1Error), in seconds; a
+    multiprocessing.Pool would wait forever for the document the dead worker held (one of the
+    kills benchmarks/chaos.py makes)."""
+    import threading
+    import time
+
+    import psutil
+
+    cfg = make_params({"clean": {"workers": 2}}).clean
+    docs = [clean.RawDocument(f"d{i}", f"d{i}.txt", 10, "0" * 64, data=make_book(i).encode())
+            for i in range(8)]
+
+    def kill_a_worker() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            workers = [p for p in psutil.Process().children()
+                       if "spawn_main" in " ".join(p.cmdline())]
+            if workers:
+                workers[0].kill()
+                return
+            time.sleep(0.01)
+
+    killer = threading.Thread(target=kill_a_worker)
+    killer.start()
+    started = time.monotonic()
+    with pytest.raises(Gpt1Error, match="cleaning worker process died"):
+        clean.clean_documents(docs, cfg)
+    killer.join()
+    assert time.monotonic() - started < 60

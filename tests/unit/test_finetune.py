@@ -198,3 +198,24 @@ def test_cli_bad_task_file_is_one_line_exit_2(make_params, tmp_path, capsys) -> 
     assert err == [f"gpt1 prepare_task: error: {bad}: line 3: label 'positive' not in "
                    "['0', '1']"]
     assert not (tmp_path / "data/tasks/sst2").exists()  # nothing half-written
+
+
+def test_pilot_ranks_learning_then_score_then_log_loss_then_the_larger_lr() -> None:
+    import numpy as np
+
+    from gpt1.finetune import log_loss, pilot_key
+
+    spec = TASKS["sst2"]
+    constant, mixed = np.zeros(100, dtype=int), np.arange(100) % 2
+    keys = {
+        "constant, best acc": pilot_key(spec, {"acc": 0.6}, constant, 0.5, 1e-3),
+        "learns, low loss": pilot_key(spec, {"acc": 0.55}, mixed, 0.60, 6.25e-5),
+        "learns, high loss": pilot_key(spec, {"acc": 0.55}, mixed, 0.70, 5e-4),
+        "learns, tie, larger lr": pilot_key(spec, {"acc": 0.55}, mixed, 0.60, 2.5e-4),
+    }
+    assert max(keys, key=keys.__getitem__) == "learns, tie, larger lr"
+    assert sorted(keys, key=keys.__getitem__)[0] == "constant, best acc"
+    out = np.log(np.array([[0.9, 0.1], [0.2, 0.8]], dtype=np.float32))
+    assert log_loss(spec, out, np.array([0, 1])) == pytest.approx(
+        -(np.log(0.9) + np.log(0.8)) / 2, rel=1e-5)
+    assert log_loss(TASKS["stsb"], np.zeros(2), np.zeros(2)) is None

@@ -581,10 +581,9 @@ def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None
     assert document.plan_check("0000000") == "not found in this clone's git history"
 
 
-def test_finding_c_is_the_slope_over_blocks_on_the_test_split(make_params, tmp_path: Path
-                                                              ) -> None:
-    """(c) from Figure 2-left records of two pre-training seeds (scored on the test split like
-    every fine-tune): n_layer x the slope of accuracy over k; rising accuracy holds."""
+def _layer_records(make_params, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
+    """Params and Figure 2-left records of two pre-training seeds x 3 runs, k = 0, 1, 2 on
+    SST-2, accuracy rising 10 points per block."""
     params = make_params({"report": {"bootstrap_samples": 300},
                           "layers": {"tasks": ["sst2"], "layers_transferred": [0, 1, 2]},
                           "model": {"n_layer": 2}})
@@ -597,6 +596,14 @@ def test_finding_c_is_the_slope_over_blocks_on_the_test_split(make_params, tmp_p
             rec.update(variant=f"layers_{k}", layers_transferred=k, pretrain_seed=p,
                        seeds=[0, 1, 2])
             metrics[f"layers_sst2_{k}_p{p}"] = rec
+    return params, metrics
+
+
+def test_finding_c_is_the_slope_over_blocks_on_the_test_split(make_params, tmp_path: Path
+                                                              ) -> None:
+    """(c) from Figure 2-left records of two pre-training seeds (scored on the test split like
+    every fine-tune): n_layer x the slope of accuracy over k; rising accuracy holds."""
+    params, metrics = _layer_records(make_params, tmp_path)
     left = figure2.layer_curves(metrics, ["sst2"], [0, 1, 2])
     assert [k for k, _ in left["sst2"]["dev"]] == [0, 1, 2]
     f = curve_tests.layers_finding(params, metrics, left)
@@ -605,3 +612,29 @@ def test_finding_c_is_the_slope_over_blocks_on_the_test_split(make_params, tmp_p
     assert "a deviation from the paper's MNLI and RACE" in f.line
     bands = figure2.layer_bands(params, metrics)
     assert [k for k, _, _ in bands["sst2"]] == [0, 1, 2]
+    assert f.flagged == ""  # every k arm learns
+
+
+def test_finding_c_flags_a_k_arm_that_answers_one_class(make_params, tmp_path: Path) -> None:
+    """(c)'s arms are flagged like Table 5's: k = 0 answering one class in every run (and not
+    above majority) is named, and (c) then does not count as reproducing the paper."""
+    params, metrics = _layer_records(make_params, tmp_path)
+    for p in (0, 1):  # k = 0 always "positive": half right on the balanced split
+        for path in metrics[f"layers_sst2_0_p{p}"]["predictions"]["test"]:
+            df = pd.read_parquet(path)
+            df["prediction"] = 1
+            df.to_parquet(path)
+    f = curve_tests.layers_finding(params, metrics,
+                                   figure2.layer_curves(metrics, ["sst2"], [0, 1, 2]))
+    assert f.flagged.startswith("k = 0 on SST2: 6 of 6 runs >= 95 % one class")
+    assert "CI not above majority 50.0" in f.flagged and "k = 1" not in f.flagged
+    assert "Flagged arms (k = 0 on SST2" in f.line and not f.reproduces
+
+
+def test_the_design_mde_of_a_task_mean_uses_the_harmonic_n(tiny_params) -> None:
+    """SST-2 (872) and QNLI (5,732): the per-example term of their mean is that of n = 1,514,
+    not the arithmetic 3,302, so the MDE is larger than an arithmetic n says."""
+    n = findings.harmonic_n([872, 5732])
+    assert n == pytest.approx(2 / (1 / 872 + 1 / 5732))
+    assert findings.row_mde(tiny_params, 2, 3, n, 2) > findings.row_mde(tiny_params, 2, 3, 3302, 2)
+    assert findings.harmonic_n([0, 500]) == 500

@@ -61,12 +61,14 @@ def test_stop_stops_recorded_services_and_spares_recycled_pids(tmp_path: Path) -
 def test_settings_file_points_prefect_clients_at_the_server(tmp_path: Path) -> None:
     api = "http://127.0.0.1:4321/api"
     path = serve.write_settings(tmp_path, api)
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    read = [sys.executable, "-c",
-            "from prefect.settings import get_current_settings as s; print(s().api.url)"]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PREFECT_API_URL", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY")}
+    read = [sys.executable, "-c", "from prefect.settings import get_current_settings as s; "
+            "print(s().api.url, s().flows.heartbeat_frequency)"]
     seen = subprocess.run(read, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    assert seen == api, "a fresh shell's prefect CLI in the repo would miss the server"
+                          check=True).stdout.split()
+    assert seen[0] == api, "a fresh shell's prefect CLI in the repo would miss the server"
+    assert seen[1] == str(serve.FLOW_HEARTBEAT_SECONDS), "a flow run from the repo beats slower"
     serve.remove_settings(tmp_path)
     assert not path.exists()
 
@@ -75,3 +77,35 @@ def test_settings_file_points_prefect_clients_at_the_server(tmp_path: Path) -> N
         serve.write_settings(tmp_path, api)
     serve.remove_settings(tmp_path)
     assert path.read_text() == '[api]\nurl = "http://elsewhere:1/api"\n'
+
+
+def test_zombie_automation_is_prefects_own_heartbeat_trigger() -> None:
+    """The automation `gpt1 serve` creates parses as Prefect's own model: after a flow run's
+    heartbeat, expect another (or a final state) within the window, else set it Crashed."""
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.schemas.automations import AutomationCore, EventTrigger, Posture
+
+    automation = AutomationCore.model_validate(serve.zombie_automation())
+    trigger = automation.trigger
+    assert isinstance(trigger, EventTrigger) and trigger.posture == Posture.Proactive
+    assert trigger.after == {"prefect.flow-run.heartbeat"}
+    assert {"prefect.flow-run.heartbeat", "prefect.flow-run.Completed"} <= trigger.expect
+    assert trigger.within.total_seconds() == serve.ZOMBIE_AFTER_SECONDS
+    assert serve.ZOMBIE_AFTER_SECONDS > 2 * serve.FLOW_HEARTBEAT_SECONDS  # one late beat is fine
+    (action,) = automation.actions
+    assert action.type == "change-flow-run-state" and action.state == StateType.CRASHED
+
+
+def test_every_deployment_beats_as_often_as_the_zombie_automation_expects() -> None:
+    """Whatever worker runs a deployment (serve's, another machine's), its flow runs send
+    heartbeats every FLOW_HEARTBEAT_SECONDS: Prefect's default (180 s) would get a healthy run
+    crashed by the automation."""
+    import yaml
+
+    from gpt1.repo import repo_root
+
+    deployments = yaml.safe_load((repo_root() / "prefect.yaml").read_text())["deployments"]
+    for deployment in deployments:
+        env = deployment["work_pool"]["job_variables"]["env"]
+        assert env["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == str(serve.FLOW_HEARTBEAT_SECONDS), (
+            deployment["name"])

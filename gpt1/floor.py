@@ -1,0 +1,186 @@
+"""Table 5's bag-of-words floor: TF-IDF over word uni+bigrams and logistic regression.
+
+A linear model on word counts is the floor a fine-tuned network has to clear before its score
+says anything about pre-training. Per fine-tuning seed f it trains on exactly the training
+sample the neural arms of seed f train on (the same seeded subset of the pool), picks the
+inverse regularisation C from `ablations.floor.c_grid` by stratified k-fold cross-validation
+on that sample only (accuracy; ties to the smaller C, the stronger regulariser), refits on the
+whole sample and scores the task's test split, writing the same per-example prediction files
+and record as every arm (the report's bootstrap and flags read them). No pre-training seed:
+one run per fine-tuning seed. A pair task's second text enters as its own words (prefixed),
+so the model sees which text a word came from. Classification tasks only (a
+regression or multiple-choice task of ablations.tasks records that it does not apply).
+
+The only module that imports scikit-learn (pyproject.toml: per-file ruff exception): task
+scores stay gpt1/scoring.py's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpt1 import atomic, records, tracking
+from gpt1.config import FloorCfg, Params
+from gpt1.errors import Gpt1Error
+from gpt1.finetune import resolve_hparams, train_subset_seed
+from gpt1.scoring import aggregate, baselines, score_split
+from gpt1.tasks import load
+from gpt1.tasks.registry import TASKS, TaskSpec
+
+VARIANT = "bow"
+"""The floor's variant name in records and Table 5 (report.row_labels)."""
+PAIR_PREFIX = "b_"
+
+
+def texts(table: pd.DataFrame) -> list[str]:
+    """The model's input per row: text_a, then text_b's words each marked as the second
+    text's (`b_word`), so one vocabulary keeps the two apart."""
+    out = []
+    for a, b in zip(table["text_a"], table["text_b"], strict=True):
+        second = " ".join(PAIR_PREFIX + w for w in str(b or "").split())
+        out.append(f"{a} {second}".strip())
+    return out
+
+
+def pipeline(cfg: FloorCfg, c: float, seed: int) -> Any:
+    """The model: TF-IDF features into a logistic regression (scikit-learn, imported here so
+    that importing the stages does not import it)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    return make_pipeline(
+        TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, sublinear_tf=True,
+                        lowercase=True),
+        LogisticRegression(C=c, max_iter=cfg.max_iter, random_state=seed))
+
+
+def choose_c(x: Sequence[str], y: np.ndarray, cfg: FloorCfg, seed: int
+             ) -> tuple[float, dict[str, float]]:
+    """(chosen C, C -> mean CV accuracy): stratified k-fold CV on (x, y) only, k = cv_folds or
+    the smallest class's count if lower. With a class of one example no CV is possible: the
+    smallest C of the grid (the strongest regulariser) and no CV scores."""
+    counts = np.bincount(y)
+    folds = min(cfg.cv_folds, int(counts[counts > 0].min()))
+    if folds < 2 or (counts > 0).sum() < 2:
+        return float(min(cfg.c_grid)), {}
+    from sklearn.model_selection import StratifiedKFold
+
+    split = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    xs = np.asarray(x, dtype=object)
+    cv: dict[str, float] = {}
+    for c in cfg.c_grid:
+        accs = []
+        for tr, va in split.split(xs, y):
+            model = pipeline(cfg, c, seed).fit(list(xs[tr]), y[tr])
+            accs.append(float(np.mean(model.predict(list(xs[va])) == y[va])))
+        cv[f"{c:g}"] = float(np.mean(accs))
+    best = max(cfg.c_grid, key=lambda c: (cv[f"{c:g}"], -c))
+    return float(best), cv
+
+
+def predict(x_train: Sequence[str], y: np.ndarray, x_test: Sequence[str], cfg: FloorCfg,
+            c: float, seed: int) -> np.ndarray:
+    """The refitted model's test predictions; a one-class training sample predicts its class."""
+    if len(np.unique(y)) < 2:
+        return np.full(len(x_test), int(y[0]), dtype=np.int64)
+    return pipeline(cfg, c, seed).fit(list(x_train), y).predict(list(x_test)).astype(np.int64)
+
+
+def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame],
+                  test: pd.DataFrame, out_dir: Path) -> dict[str, Any]:
+    """Every seed's floor run: choose C, refit, predict the test split; writes
+    predictions_seed<f>.parquet and train_ids_seed<f>.parquet under out_dir (atomically, as
+    one folder). Returns scores aggregated over seeds, baselines and per-seed details."""
+    if spec.regression or spec.fmt == "choice":
+        raise Gpt1Error(f"{spec.name}: the bag-of-words floor covers classification tasks, "
+                        f"not a {'regression' if spec.regression else 'choice'} task")
+    x_test = texts(test)
+    y_test = test["label"].to_numpy(dtype=np.int64)
+    runs: list[dict[str, Any]] = []
+    with atomic.atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for seed, train in trains.items():
+            t0 = time.perf_counter()
+            y = train["label"].to_numpy(dtype=np.int64)
+            c, cv = choose_c(texts(train), y, cfg, seed)
+            pred = predict(texts(train), y, x_test, cfg, c, seed)
+            frame = pd.DataFrame({"id": list(test["id"]), "group": list(test["group"]),
+                                  "label": y_test, "prediction": pred})
+            atomic.write_bytes(tmp / f"predictions_seed{seed}.parquet",
+                               frame.to_parquet(index=False) or b"")
+            atomic.write_bytes(tmp / f"train_ids_seed{seed}.parquet",
+                               pd.DataFrame({"id": list(train["id"])}).to_parquet(index=False)
+                               or b"")
+            runs.append({"seed": seed, "C": c, "cv_accuracy": cv, "n_train": len(train),
+                         "scores": score_split(spec, y_test, pred, list(test["group"])),
+                         "seconds": round(time.perf_counter() - t0, 2)})
+    first = next(iter(trains.values()))
+    return {"scores": aggregate([r["scores"] for r in runs]),
+            "baselines": baselines(spec, first["label"].to_numpy(dtype=np.int64), y_test,
+                                   np.full(len(test), spec.n_outputs), list(test["group"])),
+            "seeds": runs, "n_train": len(first), "n_eval": len(test)}
+
+
+def run(params: Params, task: str) -> dict[str, Any]:
+    """The floor on one task: every fine-tuning seed's training sample (as the neural arms
+    draw it) and the task's test split (capped as theirs); returns the stage's record."""
+    if task not in params.ablations.tasks or task not in TASKS:
+        raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
+    spec = TASKS[task]
+    if spec.regression or spec.fmt == "choice":  # a record, so the stage's outputs exist
+        out_dir = Path(params.paths.finetuned) / VARIANT / task
+        why = {"task": task, "variant": VARIANT, "not_run": "the bag-of-words floor is a "
+               f"classifier; {task} is a {'regression' if spec.regression else 'choice'} task"}
+        atomic.write_json(out_dir / "not_run.json", why)
+        return why
+    hp = resolve_hparams(params, spec.name)
+    tables = load.read_tables(Path(params.paths.tasks) / spec.name)
+    test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)
+    trains = {f: load.cap_table(tables["train"], hp.max_train_examples,
+                                train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
+    out_dir = Path(params.paths.finetuned) / VARIANT / spec.name
+    result = fit_and_score(spec, params.ablations.floor, trains, test, out_dir)
+    n_pool, n_test = len(tables["train"]), len(tables["test"])
+    sampled = (f" (seeded random {len(test)} of {n_test})" if len(test) < n_test
+               else f" (all {n_test})")
+    cfg = params.ablations.floor
+    return {
+        "task": spec.name, "variant": VARIANT, "metric": spec.metric,
+        "scores": result["scores"], "baselines": result["baselines"],
+        "predictions": {"test": [str(out_dir / f"predictions_seed{f}.parquet")
+                                 for f in hp.seeds]},
+        "train_ids": [str(out_dir / f"train_ids_seed{f}.parquet") for f in hp.seeds],
+        "eval_split": f"test = {spec.sources['test']}{sampled}; C chosen by "
+                      f"{cfg.cv_folds}-fold CV on the training sample",
+        "scored_on": f"{spec.sources['test']}{sampled}", "origins": dict(spec.origins),
+        "missing_scores": spec.missing_scores,
+        "train_split": f"{spec.sources['train']} (seeded random {result['n_train']} of "
+                       f"{n_pool} per fine-tuning seed, the neural arms' samples)",
+        "n_train": result["n_train"], "n_dev": 0, "n_eval": result["n_eval"],
+        "init": "none", "body": VARIANT, "select": "final",
+        "seeds": list(hp.seeds), "chosen_c": [r["C"] for r in result["seeds"]],
+        "cv_accuracy": [r["cv_accuracy"] for r in result["seeds"]],
+        "model": f"TF-IDF word 1..{cfg.ngram_max}-grams (sublinear tf, min_df {cfg.min_df}) + "
+                 f"logistic regression, C in {list(cfg.c_grid)} by {cfg.cv_folds}-fold CV",
+        "seconds": [r["seconds"] for r in result["seeds"]],
+    }
+
+
+def floor_stage(params: Params, task: str) -> dict[str, Any]:
+    """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
+    (record finetune_bow_<task>, logged to its own MLflow run)."""
+    stem = f"finetune_{VARIANT}_{task}"
+    with tracking.start_run(stem, params):
+        metrics = run(params, task)
+        scores = ("scores",) if "scores" in metrics else ()
+        tracking.log_summary({k: metrics[k] for k in scores})
+        for path in records.write_metrics(params, stem, metrics, scores):
+            tracking.log_artifact(path)
+    return metrics
