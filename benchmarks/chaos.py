@@ -113,8 +113,12 @@ def make_template(dest: Path, env: dict[str, str]) -> Path:
     raw = deep_merge(yaml.safe_load((dest / "params.yaml").read_text()), TINY)
     raw = deep_merge(raw, {"paths": {"mirror_dir": "mirror"},
                            "pretrain": {"precision": "fp32", "max_tokens": 64 * 128},
-                           "finetune": {"tasks": ["sst2"]},
-                           "layers": {"layers_transferred": [0, 2]},  # TINY has 2 blocks
+                           "finetune": {"tasks": ["sst2"]},  # every task list: prepared ones
+                           "zeroshot": {"tasks": ["sst2"]},
+                           "report": {"confirmatory_tasks": ["sst2"]},
+                           "layers": {"layers_transferred": [0, 2],  # TINY has 2 blocks
+                                      "tasks": ["sst2"]},
+                           "ablations": {"tasks": ["sst2"]},
                            "orchestrate": {"io_retries": 0, "dvc_remote": None}})
     raw["finetune"]["overrides"] = {}
     (dest / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

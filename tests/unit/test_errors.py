@@ -78,7 +78,8 @@ def _params_text() -> str:
 @pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN"])
 def test_non_finite_numbers_are_refused(value, tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text(re.sub(r"(?m)^  lr_max: \S+", f"  lr_max: {value}", _params_text(), count=1))
+    path.write_text(re.sub(r"(?ms)^(pretrain:.*?^  lr_max: )\S+", rf"\g<1>{value}",
+                           _params_text(), count=1))
     with pytest.raises(ParamsError, match=r"pretrain\.lr_max: Input should be a finite number"):
         load_params(path)
 
