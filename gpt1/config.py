@@ -874,11 +874,17 @@ def parse_params(raw: Any, source: Path | str = "<params>") -> Params:
         raise ParamsError(_format_error(Path(source), err, Params)) from None
 
 
+def read_yaml(path: Path) -> Any:
+    """A YAML file as params are read (YAML 1.2 floats such as `1e-05`, as dvc.lock writes
+    them; a key written twice refused)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader subclass)
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and strictly validate a params file."""
     path = Path(path)
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (SafeLoader subclass)
+        raw = read_yaml(path)
     except FileNotFoundError:
         raise ParamsError(f"{path}: params file not found") from None
     except yaml.YAMLError as err:

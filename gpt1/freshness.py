@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gpt1.config import Params, _Loader, parse_params
+from gpt1.config import Params, parse_params, read_yaml
 from gpt1.errors import Gpt1Error
 from gpt1.repo import repo_root
 
@@ -96,17 +96,12 @@ def current_stems(params: Params) -> dict[str, str]:
     return {stem: address.split("@")[0] for stem, address in stage_addresses(params).items()}
 
 
-def _yaml(path: Path) -> Any:
-    """A YAML file as DVC reads it (YAML 1.2 floats: dvc.lock writes `1e-05`)."""
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506 (safe)
-
-
 @functools.cache
 def _repo_state(root: Path, _mtimes: tuple[int, int]) -> tuple[Any, str, dict[str, Any]]:
     """(raw params.yaml, its params' digest, stage address -> params its dvc.lock entry
     recorded) of the repository at `root`."""
-    raw = _yaml(root / "params.yaml")
-    lock = _yaml(root / "dvc.lock") or {}
+    raw = read_yaml(root / "params.yaml")
+    lock = read_yaml(root / "dvc.lock") or {}
     recorded = {addr: (entry.get("params") or {}).get("params.yaml", {})
                 for addr, entry in (lock.get("stages") or {}).items()}
     return raw, parse_params(raw, root / "params.yaml").digest(), recorded
