@@ -643,6 +643,11 @@ class ReportCfg(Section):
     confirmatory_tasks: StrTuple
     """Tasks of the confirmatory tests of findings (a), (b), (e) (docs/study.md): where the
     model learns; the other Table 5 columns are reported descriptively."""
+    gate_margins: dict[str, Annotated[float, Field(ge=0.0, lt=0.5)]]
+    """The gate fixed in the plan (docs/study.md, Build 6): confirmatory task -> margin (a
+    fraction). A piloted baseline arm whose best pilot configuration does not score its
+    carved pilot split's majority + this margin makes the finding that needs it "untestable
+    at this budget" (no estimate), decided from the pilot records only."""
     margin: PosFloat
     """delta of finding (b)'s non-superiority test (a fraction: 0.01 = 1 point): held = "no
     gain >= delta" when the 90 % upper bound of (with aux LM - without) is below it."""
@@ -745,6 +750,10 @@ class Params(Section):
                 raise ValueError(f"{key}: {bad[0]!r} is not prepared by any stage (prepare_task "
                                  f"runs for finetune.tasks {list(self.finetune.tasks)}); add "
                                  "it there or drop it here")
+        ungated = [t for t in self.report.confirmatory_tasks if t not in self.report.gate_margins]
+        if ungated:
+            raise ValueError(f"report.gate_margins: no margin for confirmatory task "
+                             f"{ungated[0]!r}")
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")

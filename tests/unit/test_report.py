@@ -17,7 +17,16 @@ from spec_doc import sections, spec_text, table_rows
 from gpt1 import records, scoring
 from gpt1.config import load_params
 from gpt1.errors import Gpt1Error
-from gpt1.report import contrasts, curve_tests, document, figure2, findings, prose, tables
+from gpt1.report import (
+    contrasts,
+    curve_tests,
+    document,
+    figure2,
+    findings,
+    pilots,
+    prose,
+    tables,
+)
 from gpt1.report.verdict import Finding
 
 REPO = Path(__file__).resolve().parents[2]
@@ -340,7 +349,8 @@ def test_finding_a_verdict_from_the_run_level_bootstrap(make_params, tmp_path: P
     mean; its estimate is the difference of the two rows' means; the line names its test,
     margin and MDE."""
     params = make_params({"report": {"bootstrap_samples": 200,
-                                     "confirmatory_tasks": ["sst2", "cola"]}})
+                                     "confirmatory_tasks": ["sst2", "cola"],
+                                     "gate_margins": {"sst2": 0.03, "cola": 0.03}}})
     metrics = {}
     for variant, acc in (("full", full), ("scratch", scratch)):
         for task in ("sst2", "cola"):
@@ -356,10 +366,11 @@ def test_finding_a_verdict_from_the_run_level_bootstrap(make_params, tmp_path: P
     assert "Holm" in f.line
 
 
-def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path: Path
-                                                           ) -> None:
-    """An arm that always predicts one class is flagged in its table and a "held"
-    against it is labelled "vs a non-learning baseline" and does not reproduce the paper."""
+def test_a_test_against_a_constant_predictor_is_inconclusive(make_params, tmp_path: Path
+                                                             ) -> None:
+    """An arm that always predicts one class is flagged in its table and in the finding, with
+    its degenerate runs counted; a test against it is inconclusive whatever its CI says (no
+    "held vs a non-learning baseline") and does not reproduce the paper."""
     params = make_params({"report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]}})
     full = _preds_json(tmp_path, "full", "sst2", [0.85, 0.8, 0.9], 400)
     const = _preds_json(tmp_path, "scratch", "sst2", [0.5, 0.5, 0.5], 400)
@@ -369,8 +380,12 @@ def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path
         df.to_parquet(path)
     metrics = {"finetune_sst2": full, "finetune_scratch_sst2": const}
     f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
-    assert f.verdict == "held" and f.flagged and not f.reproduces
-    assert "held vs a non-learning baseline" in f.line and "100 % one class" in f.line
+    assert f.verdict == "inconclusive (flagged arm)" and f.flagged and not f.reproduces
+    assert "The test alone says held" in f.line and "non-learning baseline" not in f.line
+    assert "Transformer w/o pre-training on SST2: 3 of 3 runs >= 95 % one class (p0 f0, " \
+        "p0 f1, p0 f2)" in f.line
+    assert "Transformer w/ aux LM (full) on SST2: 0 of 3 runs >= 95 % one class" in f.line
+    assert "(conditional on the 1 pre-trained model)" in f.ci
     res = records.variant_results(metrics, "scratch")
     preds = contrasts.row_predictions(res)
     ci = contrasts.contrast([preds], [1.0], [["sst2.acc"]], params)
@@ -379,6 +394,61 @@ def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path
     assert contrasts.column_cell(res, ["sst2.acc"], {}).delta(91.3, flags) == "— (flagged)"
     table = tables.render_ablations(params, metrics)
     assert "— (flagged)" in table and "| flag |" in table
+
+
+def _pilot(variant: str, best: float, majority: float | None) -> dict[str, Any]:
+    """An lr-pilot record whose chosen configuration scored `best` on a carved split of
+    majority share `majority` (None: an older record without it)."""
+    out = {"variant": variant, "task": "sst2", "grid": [6.25e-5, 5e-4],
+           "dev_scores": {"6.25e-05": 0.5, "0.0005": best}, "chosen_lr": 5e-4,
+           "dev_split": "500 examples carved from the training pool"}
+    return out if majority is None else {**out, "dev_majority": majority}
+
+
+@pytest.mark.parametrize(("best", "majority", "testable"), [
+    (0.62, 0.606, False),  # the study v2 scratch pilot: 62.0 < 60.6 + 3
+    (0.65, 0.606, True),
+    (0.99, None, False),   # no majority of the pilot split: the gate is undecided
+])
+def test_the_gate_decides_from_the_pilot_records_alone(make_params, tmp_path: Path, best,
+                                                       majority, testable) -> None:
+    """A baseline whose best pilot configuration does not score its pilot split's majority +
+    the margin (SST-2: 3 points) makes (a) "untestable at this budget", with no estimate, even
+    though the scored runs show a large difference; the gate and every arm's pilot row are
+    printed; an arm that is not piloted is not gated."""
+    params = make_params({"report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]}})
+    metrics = {"finetune_sst2": _preds_json(tmp_path, "full", "sst2", [0.85, 0.8, 0.9], 400),
+               "finetune_scratch_sst2": _preds_json(tmp_path, "scratch", "sst2",
+                                                    [0.6, 0.62, 0.6], 400),
+               "lr_pilot_scratch_sst2": _pilot("scratch", best, majority),
+               "lr_pilot_no_aux_sst2": {"variant": "no_aux", "task": "sst2",
+                                        "not_piloted": "the recipe's lr"}}
+    f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
+    assert f.verdict == ("held" if testable else "untestable at this budget"), f.line
+    assert ("points over" in f.line) == testable and (f.statistic == "n/a") != testable
+    assert "Transformer w/o pre-training on SST2:" in f.gate
+    assert ("needs majority 60.6 + 3.0 = 63.6" in f.gate) == (majority is not None)
+    lines = pilots.pilot_section(params, metrics)
+    assert any(line.startswith("| Transformer w/o pre-training | sst2 | 6.25e-05, 0.0005 | "
+                               "6.25e-05: 50.0, 0.0005: ") for line in lines)
+    assert any("| Transformer w/o aux LM | sst2 | not piloted" in line for line in lines)
+    no_aux = pilots.gate(params, metrics, "no_aux", "sst2")
+    assert no_aux.status == "not gated"
+
+
+def test_a_scratch_arm_counts_once_per_fine_tuning_seed(make_params, tmp_path: Path) -> None:
+    """The from-scratch arm has no pre-training seed: its records of two pre-training seeds
+    repeat 3 runs, which count as 3 in its flags, not 6."""
+    params = make_params({"report": {"bootstrap_samples": 200}})
+    metrics = {}
+    for p in (0, 1):
+        rec = _preds_json(tmp_path, "scratch", "sst2", [0.5, 0.5, 0.5], 400)
+        rec.update(pretrain_seed=p, seeds=[0, 1, 2], init="scratch")
+        metrics[f"finetune_scratch_sst2_p{p}"] = rec
+    res = records.variant_results(metrics, "scratch")
+    runs = contrasts.row_predictions(res)["sst2"]
+    assert len(runs) == 6 and len(contrasts.distinct_runs(res["sst2"], runs)) == 3
+    assert contrasts.run_text(res, "sst2", runs, params).startswith("0 of 3 runs")
 
 
 def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
@@ -536,12 +606,12 @@ def test_the_report_prints_the_lr_each_pilot_chose(make_params, tmp_path: Path) 
         "dev_scores": {"6.25e-05": 0.51, "0.00025": 0.6, "0.001": 0.55}, "chosen_lr": 2.5e-4,
         "dev_split": "carved from SST-2 train"}
     metrics["finetune_scratch_sst2"].update(lr=2.5e-4, warmup_steps=1)
-    lines = document.lr_section(params, metrics)
+    lines = pilots.pilot_section(params, metrics)
     assert "| Transformer w/o pre-training | sst2 | 6.25e-05, 0.00025, 0.001 |" in lines[2]
-    assert "| 0.00025 | carved from SST-2 train |" in lines[2]
+    assert "| 0.00025 | n/a | undecided | carved from SST-2 train |" in lines[2]
     assert "Transformer w/o pre-training: lr 0.00025, warm-up 1-1 steps" in lines[-1]
     text = document.build_report(params, metrics, "h", "f.png", {})
-    assert "### Learning rates (pilot on a carved dev split)" in text
+    assert "### Pilots (on a split carved from the training pool) and the gate" in text
 
 
 def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None:
@@ -628,7 +698,9 @@ def test_finding_c_flags_a_k_arm_that_answers_one_class(make_params, tmp_path: P
                                    figure2.layer_curves(metrics, ["sst2"], [0, 1, 2]))
     assert f.flagged.startswith("k = 0 on SST2: 6 of 6 runs >= 95 % one class")
     assert "CI not above majority 50.0" in f.flagged and "k = 1" not in f.flagged
-    assert "Flagged arms (k = 0 on SST2" in f.line and not f.reproduces
+    assert "; flagged: k = 0 on SST2" in f.line and not f.reproduces
+    assert f.verdict == "inconclusive (flagged arm)" and "The test alone says held" in f.line
+    assert "k = 0 on SST2: 6 of 6 runs >= 95 % one class (p0 f0," in f.line
 
 
 def test_the_design_mde_of_a_task_mean_uses_the_harmonic_n(tiny_params) -> None:
