@@ -659,6 +659,11 @@ class ReportCfg(Section):
     zeroshot_weights: dict[str, PosFloat]
     """Finding (d)'s zero-shot composite: task -> weight, declared in advance (normalised over
     the tasks scored)."""
+    zeroshot_floors: dict[str, Frac]
+    """Zero-shot task -> the raw score at 0 of the normalised scale of finding (d) and Figure 2
+    right, where it is not zeroshot.norm's random guess: SST-2 at its majority share (a
+    constant answer scores it, so 0.5 would credit pre-training with a constant's 0.9
+    points). The report renormalises the records' raw scores (gpt1.report.figure2.at_floors)."""
     design_sd: DesignSd
     """Declared variance components behind each design's MDE (docs/study.md)."""
     plan_commit: str | None
@@ -676,9 +681,11 @@ class ReportCfg(Section):
         bad = [t for t in self.confirmatory_tasks if t not in TASKS]
         if bad:
             raise ValueError(f"report.confirmatory_tasks: unknown task {bad[0]!r}")
-        bad = sorted(set(self.zeroshot_weights) - {"sst2", "cola", "race", "dprd"})
-        if bad:
-            raise ValueError(f"report.zeroshot_weights: {bad} are not zero-shot tasks")
+        for key, names in (("zeroshot_weights", self.zeroshot_weights),
+                           ("zeroshot_floors", self.zeroshot_floors)):
+            bad = sorted(set(names) - {"sst2", "cola", "race", "dprd"})
+            if bad:
+                raise ValueError(f"report.{key}: {bad} are not zero-shot tasks")
         unlabelled = sorted(set(self.paper_ablations) - set(self.row_labels))
         if unlabelled:
             raise ValueError(f"report.row_labels: no label for {unlabelled}")

@@ -13,6 +13,7 @@ from gpt1.freshness import is_current
 from gpt1.records import Metrics, first_run, split_origins, variant_results
 from gpt1.report.figure2 import (
     MODEL_LABELS,
+    at_floors,
     baseline_lines,
     layer_bands,
     layer_curves,
@@ -275,6 +276,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     (variants run with overridden params) nor `config_hash`.
     """
     cfg = params.report
+    metrics = at_floors(params, metrics)
     full = variant_results(metrics, "full")
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
@@ -339,8 +341,10 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
                 *ztable, ""]
     norm = params.zeroshot.norm
     out += ["Zero-shot normalisation: " + "; ".join(
-        f"{t} {n.metric}: random {n.random}, state of the art {n.sota} ({n.source})"
-        for t, n in norm.items()) + ".", ""]
+        f"{t} {n.metric}: " + (f"floor {cfg.zeroshot_floors[t]} (report.zeroshot_floors; "
+                               f"random guess {n.random})" if t in cfg.zeroshot_floors
+                               else f"random {n.random}")
+        + f", state of the art {n.sota} ({n.source})" for t, n in norm.items()) + ".", ""]
     out += ["## Evaluation splits", "",
             "Ablation files are listed only where their split differs from that of "
             "finetune_<task>.", "",
@@ -361,6 +365,8 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     from gpt1 import atomic
 
     out = Path(params.paths.reports)
+    records = metrics  # the findings file's digest is of the records as written
+    metrics = at_floors(params, metrics)
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
     paths = {"figure": out / "figure2.png", "report": out / "report.md"}
@@ -384,7 +390,7 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
                         found)
     atomic.write_text(paths["report"], text)
     paths["findings"] = out / FINDINGS_FILE
-    atomic.write_json(paths["findings"], findings_json(found, metrics, params.digest()))
+    atomic.write_json(paths["findings"], findings_json(found, records, params.digest()))
     paths["headline"] = out / HEADLINE_FILE
     atomic.write_json(paths["headline"], headline(params, metrics))
     return paths

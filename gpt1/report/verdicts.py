@@ -24,7 +24,7 @@ from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.document import FINDINGS_FILE
-from gpt1.report.figure2 import layer_curves, zeroshot_curves
+from gpt1.report.figure2 import at_floors, layer_curves, zeroshot_curves
 from gpt1.report.findings import evaluate_findings, harmonic_n, row_mde
 from gpt1.report.verdict import (
     UNTESTABLE,
@@ -149,8 +149,9 @@ def run_findings(params: Params) -> tuple[Metrics, list[Finding], str]:
     saved = saved_findings(path, metrics)
     if saved is not None:
         return metrics, saved, f"findings from `{path}` (the report's; same records)"
-    left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
-    found = evaluate_findings(params, metrics, left, zeroshot_curves(metrics))
+    floored = at_floors(params, metrics)
+    left = layer_curves(floored, params.layers.tasks, params.layers.layers_transferred)
+    found = evaluate_findings(params, floored, left, zeroshot_curves(floored))
     why = ("none" if not path.is_file() else "other records or an older analysis")
     return metrics, found, f"findings recomputed from the records (`{path}`: {why})"
 

@@ -710,3 +710,21 @@ def test_the_design_mde_of_a_task_mean_uses_the_harmonic_n(tiny_params) -> None:
     assert n == pytest.approx(2 / (1 / 872 + 1 / 5732))
     assert findings.row_mde(tiny_params, 2, 3, n, 2) > findings.row_mde(tiny_params, 2, 3, 3302, 2)
     assert findings.harmonic_n([0, 500]) == 500
+
+
+def test_sst2_zero_shot_is_normalised_at_its_majority(make_params, tmp_path: Path) -> None:
+    """report.zeroshot_floors (SST-2: 0.509, its majority share): a zero-shot SST-2 score equal
+    to the majority is 0 of the normalised scale, not (0.509 - 0.5) / 0.432 = 0.02; the
+    other tasks keep the record's normalisation; renormalising twice changes nothing."""
+    params = make_params({})
+    rec = _zeroshot_json(tmp_path, "transformer", {1: 0.509, 10: 0.7}, 400)
+    rec["checkpoints"][0]["normalised"]["cola"] = 0.25
+    floored = figure2.at_floors(params, {"zeroshot": rec})
+    cps = floored["zeroshot"]["checkpoints"]
+    assert cps[0]["normalised"]["sst2"] == pytest.approx(0.0)
+    assert cps[1]["normalised"]["sst2"] == pytest.approx((0.7 - 0.509) / (0.932 - 0.509))
+    assert cps[0]["normalised"]["cola"] == 0.25 and rec["norm"]["sst2"]["random"] == 0.5
+    assert figure2.at_floors(params, floored) == floored
+    plain = _zeroshot_json(tmp_path, "transformer", {1: 0.509, 10: 0.7}, 400)
+    text = document.build_report(params, {"zeroshot": plain}, "h", "f.png", {})
+    assert "sst2 acc: floor 0.509 (report.zeroshot_floors; random guess 0.5)" in text
