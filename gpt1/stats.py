@@ -249,6 +249,15 @@ def mde(se: float, power: float, level: float = 0.95, one_sided: bool = False) -
     return float((crit + z.inv_cdf(power)) * se)
 
 
+def power(effect: float, se: float, level: float = 0.95) -> float:
+    """Probability that a two-sided test at `level` finds a true contrast `effect` above 0,
+    given the contrast's standard error (the inverse of `mde`)."""
+    z = NormalDist()
+    if se <= 0:
+        return 1.0 if effect > 0 else 0.0
+    return float(z.cdf(effect / se - z.inv_cdf(1.0 - (1.0 - level) / 2.0)))
+
+
 def paired_example_sd(p_a: float, p_b: float) -> float:
     """sd of one example's accuracy difference between two arms right with probabilities p_a
     and p_b, errors independent (a positive correlation only shrinks it)."""

@@ -45,10 +45,47 @@ def row_mde(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
             one_sided: bool = False) -> float:
     """MDE (report.power) of a two-arm contrast in this design, from the declared variance
     components (report.design_sd) and the binomial per-example variance."""
+    return stats.mde(row_se(params, n_pre, n_ft, n_eval, n_tasks), params.report.power,
+                     0.90 if one_sided else 0.95, one_sided)
+
+
+def row_se(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int) -> float:
+    """Design standard error of a two-arm contrast (gpt1.stats.design_se, report.design_sd)."""
     sd = params.report.design_sd
-    se = stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy, sd.accuracy),
-                         max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1))
-    return stats.mde(se, params.report.power, 0.90 if one_sided else 0.95, one_sided)
+    return stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy,
+                                                                         sd.accuracy),
+                           max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1))
+
+
+def paper_gap(params: Params, better: str, worse: str, tasks: Sequence[str]
+              ) -> dict[str, float] | None:
+    """The paper's own Table 5 difference better - worse (fractions) on each task's column
+    (the column whose only score is the task's main one); None when a task has none."""
+    cfg = params.report
+    gaps = {}
+    for t in tasks:
+        cols = [c for c, comps in cfg.columns.items() if tuple(comps) == (component(t),)
+                and c in cfg.paper_ablations.get(better, {})
+                and c in cfg.paper_ablations.get(worse, {})]
+        if not cols:
+            return None
+        gaps[t] = (cfg.paper_ablations[better][cols[0]]
+                   - cfg.paper_ablations[worse][cols[0]]) / 100
+    return gaps
+
+
+def power_text(params: Params, better: str, worse: str, tasks: Sequence[str], n_pre: int,
+               n_ft: int, n_eval: float) -> str:
+    """` Power (this design) to find the paper's own gap ...: x %.` of a superiority finding."""
+    gaps = paper_gap(params, better, worse, tasks)
+    if not gaps:
+        return ""
+    mean = sum(gaps.values()) / len(gaps)
+    chance = stats.power(mean, row_se(params, n_pre, n_ft, n_eval, len(tasks)))
+    return (" Power (this design, 95 % two-sided) to find the paper's own gap ("
+            + ", ".join(f"{t.upper()} {100 * g:+.1f}" for t, g in gaps.items())
+            + (f"; mean {100 * mean:+.1f}" if len(gaps) > 1 else "")
+            + f" points): {100 * chance:.0f} %.")
 
 
 def harmonic_n(ns: Sequence[float]) -> float:
@@ -160,7 +197,10 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
             f"{_per_task(params, rows, tasks)} Test: {test}; hierarchical bootstrap "
             f"({cfg.bootstrap_samples:,} draws: eval examples shared by every arm and run, the "
             "fine-tuning-seed error from its t distribution, pre-training seeds kept). MDE "
-            f"({100 * cfg.power:.0f} % power, this design): {mde_text}.{checks}")
+            f"({100 * cfg.power:.0f} % power, this design): {mde_text}."
+            + ("" if margin is not None else
+               power_text(params, better, worse, tasks, n_pre, n_ft,
+                          harmonic_n(list(n_task.values())))) + checks)
     if verdict == FLAGGED:
         line += f" The test alone says {test_word}; against a flagged arm it is inconclusive."
     return Finding(tag, claim, verdict, f"{pts(est)} pts", ci, mde_text, flagged, line, gate_text)
