@@ -58,7 +58,7 @@ class Finding:
 
     @property
     def reproduces(self) -> bool:
-        """Counts as reproducing the paper: held, and not against a non-learning baseline."""
+        """Counts as reproducing the paper: held, with no arm flagged."""
         return self.verdict == "held" and not self.flagged
 
 

@@ -262,7 +262,7 @@ def test_plot_files_have_every_curve_column(tmp_path: Path) -> None:
 
 def test_prose_says_as_in_the_paper_only_when_the_finding_held() -> None:
     """The Figure 2 sentences come from the verdicts: a rising curve whose test did not hold
-    (or held only against a non-learning baseline) is not called "as in the paper"."""
+    (or tested against a flagged arm) is not called "as in the paper"."""
     def finding(verdict: str, flagged: str = "") -> Finding:
         return Finding("d", "rises", verdict, "+0.1", "[0.0, 0.2]", "0.05", flagged, "")
 
