@@ -72,6 +72,9 @@ def _component(results: Mapping[str, dict[str, Any]], task: str, score: str
         reason = res.get("missing_scores", {}).get(score, "not in the metrics file")
         return None, f"{task}.{score}: {reason}"
     per_seed = entry.get("per_seed") or [entry["mean"]]
+    if res.get("init") == "scratch" and len(res.get("runs", ())) == len(per_seed):
+        firsts = {f: i for i, (_, f) in reversed(list(enumerate(res["runs"])))}
+        per_seed = [per_seed[i] for i in sorted(firsts.values())]  # once per fine-tuning seed
     return np.asarray(per_seed, dtype=float), ""
 
 

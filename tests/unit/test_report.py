@@ -439,7 +439,7 @@ def test_the_gate_decides_from_the_pilot_records_alone(make_params, tmp_path: Pa
 
 def test_a_scratch_arm_counts_once_per_fine_tuning_seed(make_params, tmp_path: Path) -> None:
     """The from-scratch arm has no pre-training seed: its records of two pre-training seeds
-    repeat 3 runs, which count as 3 in its flags, not 6."""
+    repeat 3 runs, which count as 3 in its flags and its Table 5 cell, not 6."""
     params = make_params({"report": {"bootstrap_samples": 200}})
     metrics = {}
     for p in (0, 1):
@@ -450,6 +450,8 @@ def test_a_scratch_arm_counts_once_per_fine_tuning_seed(make_params, tmp_path: P
     runs = contrasts.row_predictions(res)["sst2"]
     assert len(runs) == 6 and len(contrasts.distinct_runs(res["sst2"], runs)) == 3
     assert contrasts.run_text(res, "sst2", runs, params).startswith("0 of 3 runs")
+    cell = contrasts.column_cell(res, ["sst2.acc"], {})
+    assert cell.seeds == 3 and cell.mean == pytest.approx(0.5)
 
 
 def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
