@@ -19,13 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt1 import stats
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.figure2 import at_floors, layer_curves, zeroshot_curves
-from gpt1.report.findings import evaluate_findings, harmonic_n, row_mde
+from gpt1.report.findings import evaluate_findings, harmonic_n, paper_gap, row_mde, row_se
 from gpt1.report.verdict import (
     UNTESTABLE,
     Finding,
@@ -110,25 +111,43 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
                      + f"; RMS {100 * rms:.2f}; mean accuracy of the full row {100 * acc:.1f}.")
     sd = runs[0][2].report.design_sd if runs else None
     if sd is not None:
+        params = runs[0][2]
         lines += ["", f"Declared (`report.design_sd`): pre-training {100 * sd.pretrain:.2f}, "
                   f"seed {100 * sd.seed:.2f}, accuracy {100 * sd.accuracy:.0f}. MDE at "
                   f"{100 * runs[0][2].report.power:.0f} % power of the mean of two "
                   "confirmatory tasks (gpt1.stats.design_se, gpt1.stats.mde):", "",
                   "| design | pre-training x fine-tuning seeds | n_eval SST-2, QNLI (harmonic "
                   "mean) | (a)/(e) MDE, mean (points) | SST-2 alone | QNLI alone | (b): no gain "
-                  "≥ δ shown when the true difference ≤ (points) |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
-        params = runs[0][2]
+                  "≥ δ shown when the true difference ≤ (points) | power at the paper's gap: "
+                  f"(a) {gap_text(params, 'scratch')}, (e) {gap_text(params, 'lstm')} |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         margin = params.report.margin
         for label, n_pre, n_ft, ns in PLAN_DESIGNS:
             n_eval = harmonic_n(ns)
             two = row_mde(params, n_pre, n_ft, n_eval, 2)
             alone = [row_mde(params, n_pre, n_ft, n, 1) for n in ns]
             one = row_mde(params, n_pre, n_ft, n_eval, 2, one_sided=True)
+            se = row_se(params, n_pre, n_ft, n_eval, 2)
+            powers = [stats.power(float(np.mean(list(g.values()))), se) if g else None
+                      for g in (paper_gap(params, "full", v, DESIGN_TASKS)
+                                for v in ("scratch", "lstm"))]
             lines.append(f"| {label} | {n_pre} x {n_ft} | {ns[0]:,}, {ns[1]:,} ({n_eval:,.0f}) "
                          f"| {100 * two:.1f} | {100 * alone[0]:.1f} | {100 * alone[1]:.1f} | "
-                         f"{100 * (margin - one):+.1f} |")
+                         f"{100 * (margin - one):+.1f} | "
+                         + ", ".join("n/a" if x is None else f"{100 * x:.0f} %" for x in powers)
+                         + " |")
     return lines + [""]
+
+
+DESIGN_TASKS = ("sst2", "qnli")
+"""The confirmatory tasks of PLAN_DESIGNS."""
+
+
+def gap_text(params: Params, worse: str) -> str:
+    """The paper's Table 5 gap full - `worse` on DESIGN_TASKS, in points."""
+    gaps = paper_gap(params, "full", worse, DESIGN_TASKS) or {}
+    return ("mean of " + ", ".join(f"{t.upper()} {100 * g:+.1f}" for t, g in gaps.items())
+            if gaps else "n/a")
 
 
 PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872, 1000)),
