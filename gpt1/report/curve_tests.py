@@ -25,6 +25,7 @@ from gpt1.report.contrasts import (
 )
 from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
 from gpt1.report.verdict import (
+    FLAGGED,
     NO_CI,
     Finding,
     ci_pts,
@@ -96,7 +97,7 @@ def layers_finding(params: Params, metrics: Metrics,
              "when half its runs are or its CI does not clear majority): "
              f"{counts}"
              + (f"; flagged: {flagged}" if flagged else "; no k arm flagged") + ".")
-    if flagged:
+    if verdict == FLAGGED:
         line += (f" The test alone says {test_word}; a slope through a flagged (non-learning) "
                  "arm is inconclusive.")
     return Finding("c", claim, verdict, f"{pts(est)} pts", ci, f"{100 * mde:.1f} points",
@@ -219,7 +220,8 @@ def zeroshot_finding(params: Params, metrics: Metrics,
                or "no curves")
     line = (f"- **(d) {claim}: {verdict}.** Transformer composite (declared weights "
             + ", ".join(f"{t} {w:.2f}" for t, w in _weights(params, recs[0]).items())
-            + f"; 0 = random): {final_est:+.3f} at step {last}; slope over log(step) for steps "
+            + "; 0 = random guess, or the task's report.zeroshot_floors): "
+            + f"{final_est:+.3f} at step {last}; slope over log(step) for steps "
             f"{', '.join(map(str, steps))} (from the end of warm-up, step {warm}) = "
             f"{slope_est:+.3f} per log-step ({n_pre} pre-training seed(s); "
             + "; ".join(f"p{p} {x:+.3f}" for p, x in per.items()) + "), "

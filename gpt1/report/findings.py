@@ -157,8 +157,8 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
               + (f"; flagged: {flagged}" if flagged else "; no arm flagged") + ".")
     if not testable:
         line = (f"- **({tag}) {claim}: {UNTESTABLE}.** {labels} on "
-                f"{', '.join(t.upper() for t in tasks)}: an arm does not clear the gate, so no "
-                f"estimate is printed.{checks}")
+                f"{', '.join(t.upper() for t in tasks)}: a piloted arm does not clear the gate, or "
+                f"its gate is undecided, so no estimate is printed.{checks}")
         return Finding(tag, claim, UNTESTABLE, "n/a", "n/a", "n/a", flagged, line, gate_text)
     comps = [component(t) for t in tasks]
     recs = [res[v][t] for v in (better, worse) for t in tasks]
