@@ -36,8 +36,10 @@ AUTO = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "micro_batch_seqs": "
                                   "eval_batches": 1}}
 """micro_batch_seqs: auto: each rank probes, the ranks agree on one size (2: a rank's half);
 validation on 1 global batch of 4 windows, the 2 micro-batches of 2 of the other runs."""
+ZERO1 = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "zero1": True}}
+"""The Adam state sharded over the ranks (pretrain.zero1), checkpoints every 8 updates."""
 RUNS = {"plain": OVERRIDES, "sparse": SPARSE, "compiled": COMPILED, "bf16_grads": BF16_GRADS,
-        "auto": AUTO,
+        "auto": AUTO, "zero1": ZERO1,
         "eager": {**COMPILED, "pretrain": {**COMPILED["pretrain"], "compile": False}}}
 
 
@@ -85,9 +87,15 @@ def _count_host_syncs(syncs: list[int]) -> None:
     loop.stop_agreed = counted_agree
 
 
-def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
-    """One rank of a run; rank 0 writes the per-step losses and val losses to `out`, and with
-    SPARSE logging every rank writes its host syncs to out.<rank>."""
+class CrashError(Exception):
+    pass
+
+
+def _train(run_dir: Path, out: Path, run: str = "plain", crash_after: int | None = None) -> None:
+    """One rank of a run; rank 0 writes the per-step losses and val losses to `out`, every rank
+    the bytes of Adam state it holds to out.bytes.<rank>, and with SPARSE logging its host
+    syncs to out.<rank>. `crash_after`: every rank raises before update crash_after + 1 (as
+    a SIGKILL would leave it: the last checkpoint on disk, no final weights)."""
     from gpt1.model import GPT
     from gpt1.pretraining import pretrain
 
@@ -95,14 +103,32 @@ def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
     syncs: list[int] = []
     if run == "sparse":
         _count_host_syncs(syncs)
+    if crash_after is not None:
+        import gpt1.pretraining as loop
+
+        done = count_updates(loop)
+        step = loop.train_step
+
+        def crashing_step(*args, **kwargs):
+            if done[0] == crash_after:
+                raise CrashError
+            return step(*args, **kwargs)
+
+        loop.train_step = crashing_step
     params = parse_params(make_params_dict(run_dir.parent, RUNS[run]), "tiny")
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
     seen: list[tuple[int, dict]] = []
-    metrics = pretrain(model, [_tokens(3000, 1), _tokens(2000, 2)], [_tokens(1000, 3)], params,
-                       run_dir, {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
-                       1.0, lambda step, m: seen.append((step, m)))
-    if int(os.environ.get("RANK", "0")) == 0:
+    try:
+        metrics = pretrain(model, [_tokens(3000, 1), _tokens(2000, 2)], [_tokens(1000, 3)],
+                           params, run_dir,
+                           {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
+                           1.0, lambda step, m: seen.append((step, m)))
+    except CrashError:
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    Path(f"{out}.bytes.{rank}").write_text(str(metrics["optimizer_state_bytes"]))
+    if rank == 0:
         losses = [m["loss"] for _, m in seen if "loss" in m]
         out.write_text(json.dumps({"losses": losses, "world": metrics["world_size"],
                                    "micro": metrics["micro_batch_seqs"],
@@ -112,10 +138,10 @@ def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
 
 
 def _rank(rank: int, world: int, port: int, run_dir: Path, out: Path,
-          run: str = "plain") -> None:
+          run: str = "plain", crash_after: int | None = None) -> None:
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    _train(run_dir, out, run)
+    _train(run_dir, out, run, crash_after)
 
 
 def _free_port() -> int:
@@ -185,6 +211,63 @@ def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
         per_step = {done: syncs.count(done) for done in range(1, 13)}
         assert {d for d, n in per_step.items() if n} == {4, 6, 8, 12}, per_step
         assert per_step[4] >= 3  # loss, grad norm, stop agreement: the counter sees them
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_zero1_shards_the_adam_state_and_equals_one_process(tmp_path, monkeypatch):
+    """pretrain.zero1 on 2 ranks: each rank holds part of the Adam state, together all of what
+    one process holds, and the 12 losses and the validation losses equal one unsharded
+    process's within 1e-5 (weight decay, clipping and the lr schedule unchanged)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    one = tmp_path / "one.json"
+    _train(tmp_path / "one" / "run", one)
+    two = tmp_path / "zero1.json"
+    (tmp_path / "two").mkdir()
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", two, "zero1"), nprocs=2)
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert (a["world"], b["world"]) == (1, 2) and len(a["losses"]) == len(b["losses"]) == 12
+    for x, y in zip(a["losses"] + a["val"], b["losses"] + b["val"], strict=True):
+        assert abs(x - y) <= 1e-5, (x, y)
+    whole = int(Path(f"{one}.bytes.0").read_text())
+    shards = [int(Path(f"{two}.bytes.{r}").read_text()) for r in (0, 1)]
+    assert sum(shards) == whole and 0 < min(shards) and max(shards) < 0.75 * whole, shards
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_a_zero1_checkpoint_resumes_sharded_unsharded_and_on_one_process(tmp_path, monkeypatch):
+    """A 2-rank zero1 run killed after update 10 left its update-8 checkpoint: the whole Adam
+    state, consolidated on rank 0, with the files, keys and shapes an unsharded run writes. It
+    resumes at update 8 to the final weights of a run never stopped (<= 1e-5): on 2 ranks with
+    zero1, and on 1 process with zero1 off."""
+    import shutil
+
+    from gpt1 import checkpoint
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    _train(tmp_path / "ref" / "run", tmp_path / "ref.json")  # 1 process, never stopped
+    (tmp_path / "two").mkdir()
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", tmp_path / "x.json",
+                          "zero1", 10), nprocs=2)
+    saved = checkpoint.latest_checkpoint(tmp_path / "two" / "run")
+    ref = checkpoint.latest_checkpoint(tmp_path / "ref" / "run")
+    assert saved is not None and saved.name == "step_00000008"
+    assert not (tmp_path / "two" / "run" / checkpoint.MODEL_FILE).exists()
+    mine, theirs = _load(saved / "optimizer.safetensors"), _load(ref / "optimizer.safetensors")
+    assert {k: v.shape for k, v in mine.items()} == {k: v.shape for k, v in theirs.items()}
+    groups = [checkpoint.read_checkpoint_state(c)["optimizer_groups"] for c in (saved, ref)]
+    assert [{k: v for k, v in g.items() if k != "lr"} for g in groups[0]] == [
+        {k: v for k, v in g.items() if k != "lr"} for g in groups[1]]
+    shutil.copytree(tmp_path / "two", tmp_path / "one")
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", tmp_path / "two.json",
+                          "zero1"), nprocs=2)
+    _train(tmp_path / "one" / "run", tmp_path / "one.json")  # zero1 off, 1 process
+    final = _load(tmp_path / "ref" / "run" / checkpoint.MODEL_FILE)
+    for name in ("two", "one"):
+        assert len(json.loads((tmp_path / f"{name}.json").read_text())["losses"]) == 4
+        weights = _load(tmp_path / name / "run" / checkpoint.MODEL_FILE)
+        assert weights.keys() == final.keys()
+        for key in final:
+            assert (weights[key] - final[key]).abs().max().item() <= 1e-5, (name, key)
 
 
 def _load(path: Path) -> dict:
