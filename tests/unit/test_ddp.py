@@ -265,6 +265,30 @@ def test_zero1_equals_one_process_and_its_checkpoint_resumes_anywhere(tmp_path, 
     assert 0 < min(shards) <= max(shards) < 0.75 * sum(shards), shards
 
 
+def test_zero1_owners_split_by_size_and_auto_micro_batch_counts_the_shard(monkeypatch):
+    """Owners: largest parameter first, to the least-loaded rank (ties: the lowest). Rank 1 of
+    2 keeps the moments of its parameters only, and `micro_batch_seqs: auto` reserves just
+    those (no process group: the rank and world size are patched; the constructor talks to no
+    other rank)."""
+    from gpt1 import micro_batch, zero1
+    from gpt1.model import GPT
+
+    assert zero1.owners([10, 1, 5, 5], 2) == [0, 0, 1, 1]
+    assert zero1.owners([3, 3, 3], 1) == [0, 0, 0]
+    params = parse_params(make_params_dict(Path("unused")), "tiny")
+    model = GPT(params.model, VOCAB)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 1)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    opt = zero1.sharded_optimizer(model, 1e-3, (0.9, 0.999), 1e-8, 0.01)
+    mine = sum(p.numel() * 4 for p in model.parameters() if opt.owns(p))
+    whole = sum(p.numel() * 4 for p in model.parameters())
+    assert 0 < mine < whole
+    assert micro_batch.unallocated_bytes(model, opt, 2, bucket_view=True) == 2 * mine
+    shards = zero1.state_bytes_per_rank(model, 2)
+    assert shards[1] == 2 * mine + 4 * sum(opt.owns(p) for p in model.parameters())
+    assert sum(shards) == zero1.state_bytes_per_rank(model, 1)[0]
+
+
 def _load(path: Path) -> dict:
     from safetensors.torch import load_file
 
