@@ -17,8 +17,9 @@ parameter in the full groups): checkpoints stay in ONE format. `consolidate_stat
 collective: every rank calls it) sends the shards to rank 0, whose next `state_dict()` is then
 the whole state, as one unsharded process would save it; `load_state_dict` takes a whole state
 (written with or without zero1, by any number of ranks) and keeps this rank's shard. torch's
-class would need `found_inf` passed through its wrapper, pickles every shard to every rank to
-consolidate, and saves param groups with other keys than AdamW's.
+class would need `found_inf` passed through its wrapper to the optimizer it holds, and it
+consolidates by serialising each shard with torch.save (pickle) and broadcasting it to every
+rank; here rank 0 receives plain tensors (two point-to-point messages a rank).
 """
 
 from __future__ import annotations
