@@ -75,7 +75,8 @@ PAPER = {"arch": "gpt1", "n_positions": 512, "n_embd": 768, "n_layer": 12, "n_he
          "n_inner": 3072, "afn": "gelu", "resid_pdrop": 0.1, "embd_pdrop": 0.1,
          "attn_pdrop": 0.1, "embd_dropout": "activations", "layer_norm_epsilon": 1e-5,
          "initializer_range": 0.02, "vocab_pad_multiple": 64}
-"""configs/paper.yaml's model section (tests/unit/test_gpu_check.py keeps them equal)."""
+"""configs/paper.yaml's model section (tests/unit/benchmarks/test_gpu_check.py keeps them
+equal)."""
 PAPER_VOCAB, SEQ = 40_481, 512  # the original release's 40,478 tokens + our 3 special tokens
 SMALL_LEN = 128
 SMALL = {**PAPER, "n_positions": SMALL_LEN, "n_embd": 256, "n_layer": 2, "n_head": 4,

@@ -16,8 +16,9 @@ import torch
 import torch.multiprocessing as mp
 
 from gpt1.config import parse_params
-from tests.conftest import make_params_dict
-from tests.unit.test_train import VOCAB, _tokens
+from tests.helpers.counters import count_updates, patch_host_reads
+from tests.helpers.params import make_params_dict
+from tests.helpers.streams import VOCAB, token_stream
 
 OVERRIDES = {"device": "cpu", "pretrain": {"max_tokens": 12 * 4 * 32, "log_interval_steps": 1,
                                            "eval_interval_steps": 6, "precision": "fp32"}}
@@ -41,34 +42,6 @@ ZERO1 = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "zero1": True}}
 RUNS = {"plain": OVERRIDES, "sparse": SPARSE, "compiled": COMPILED, "bf16_grads": BF16_GRADS,
         "auto": AUTO, "zero1": ZERO1,
         "eager": {**COMPILED, "pretrain": {**COMPILED["pretrain"], "compile": False}}}
-
-
-def patch_host_reads(record, names=("item", "tolist"), setter=setattr) -> None:
-    """Call record() at every host read of a tensor (`names`, methods of torch.Tensor), patched
-    in with `setter` (setattr: for the rest of this process; pytest's monkeypatch.setattr: for
-    one test)."""
-    for name in names:
-        read = getattr(torch.Tensor, name)
-
-        def counted_read(self, *args, _read=read, **kwargs):
-            record()
-            return _read(self, *args, **kwargs)
-
-        setter(torch.Tensor, name, counted_read)
-
-
-def count_updates(loop, setter=setattr) -> list[int]:
-    """[updates done so far] of a loop module whose train_step is patched to count them."""
-    done = [0]
-    step = loop.train_step
-
-    def counted_step(*args, **kwargs):
-        out = step(*args, **kwargs)
-        done[0] += 1
-        return out
-
-    setter(loop, "train_step", counted_step)
-    return done
 
 
 def _count_host_syncs(syncs: list[int]) -> None:
@@ -120,9 +93,9 @@ def _train(run_dir: Path, out: Path, run: str = "plain", crash_after: int | None
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
     seen: list[tuple[int, dict]] = []
+    train, val = [token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)]
     try:
-        metrics = pretrain(model, [_tokens(3000, 1), _tokens(2000, 2)], [_tokens(1000, 3)],
-                           params, run_dir,
+        metrics = pretrain(model, train, val, params, run_dir,
                            {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
                            1.0, lambda step, m: seen.append((step, m)))
     except CrashError:  # rank 0 writes the losses up to the crash
@@ -302,13 +275,13 @@ def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch)
     weights equal one process accumulating the same 2 micro-batches, within 1e-5."""
     from gpt1 import checkpoint, stages
     from gpt1.__main__ import main
-    from tests.unit.test_checkpoint import _prepare
+    from tests.helpers.runs import prepare_run
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     over = {"device": "cpu", "pretrain": {"max_tokens": 8 * 4 * 32, "precision": "fp32"}}
-    _, one = _prepare(tmp_path, "one", {**over, "pretrain": {**over["pretrain"], "nproc": 1}})
+    _, one = prepare_run(tmp_path, "one", {**over, "pretrain": {**over["pretrain"], "nproc": 1}})
     stages.pretrain(one)
-    two_file, two = _prepare(tmp_path, "two", {**over, "pretrain": {**over["pretrain"],
+    two_file, two = prepare_run(tmp_path, "two", {**over, "pretrain": {**over["pretrain"],
                                                                       "nproc": 2}})
     seed = two.pretrain.seeds[0]  # the launcher passes --pretrain-seed on to every rank
     assert main(["--params", str(two_file), "pretrain", "--pretrain-seed", str(seed)]) == 0
@@ -371,10 +344,10 @@ def test_nproc_auto_is_every_gpu_and_one_on_the_cpu(monkeypatch):
 def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_path, capsys,
                                                                           monkeypatch):
     from gpt1.__main__ import main
-    from tests.unit.test_checkpoint import _prepare
+    from tests.helpers.runs import prepare_run
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    params_file, params = _prepare(tmp_path, "run", {"pretrain": {
+    params_file, params = prepare_run(tmp_path, "run", {"pretrain": {
         "nproc": 2, "batch_seqs": 4, "micro_batch_seqs": 4}})
     assert main(["--params", str(params_file), "pretrain"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -395,10 +368,11 @@ def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_pa
     import psutil
 
     from gpt1 import checkpoint
-    from tests.unit.test_checkpoint import REPO, _prepare
+    from tests.helpers.repo import REPO
+    from tests.helpers.runs import prepare_run
 
     STEPS = 10_000  # far more than run before the signal lands, however fast the machine
-    params_file, params = _prepare(tmp_path, "run", {"device": "cpu", "pretrain": {
+    params_file, params = prepare_run(tmp_path, "run", {"device": "cpu", "pretrain": {
         "nproc": 2, "max_tokens": STEPS * 4 * 32, "log_interval_steps": 4,
         "checkpoint_interval_steps": 8, "precision": "fp32"}})
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}

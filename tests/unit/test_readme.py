@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spec_doc import REPO
+from tests.helpers.repo import REPO
 
 MAX_README_LINES = 246
 
