@@ -1,6 +1,6 @@
 """The chaos drill: SIGKILL a random process of a running pipeline at random moments; re-run.
 
-Builds the end-to-end tests' tiny preset (a generated mirror, tests/conftest.py's TINY model,
+Builds the end-to-end tests' tiny preset (a generated mirror, tests/helpers/params.py's TINY model,
 tracking off) in a temporary copy of the repository, git and DVC initialised, and runs
 `dvc repro finetune@sst2-1234` (nine stages: the data stages, pre-training, the task table, a
 fine-tune) once without interruption: the reference.
@@ -53,12 +53,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "unit"), str(ROOT / "tests" / "e2e")]
-from conftest import TINY, deep_merge  # noqa: E402  the tests' tiny preset
-from data_fixtures import write_corpus  # noqa: E402
+sys.path[:0] = [str(ROOT)]  # the tests' builders, tests/helpers/
 from results_file import add_option, recording  # noqa: E402
-from test_dvc_data import _copy_repo as copy_repo  # noqa: E402  source files, no outputs
-from test_load import write_mirror  # noqa: E402
+
+from tests.helpers.corpus import write_corpus  # noqa: E402
+from tests.helpers.dvc_repo import copy_repo  # noqa: E402  source files, no outputs
+from tests.helpers.params import TINY, deep_merge  # noqa: E402  the tests' tiny preset
+from tests.helpers.task_mirror import write_mirror  # noqa: E402
 
 TARGET = "finetune@sst2-1234"
 ALWAYS_RUNS = {"scan_mirror"}  # always_changed in dvc.yaml

@@ -277,6 +277,10 @@ class PretrainCfg(Section):
     """DDP gradient all-reduce bucket size (MB), several ranks only."""
     ddp_bf16_grads: bool
     """All-reduce gradients in bf16 (half the bytes) instead of fp32; several ranks only."""
+    zero1: bool
+    """Shard the Adam state over the DDP ranks (ZeRO-1, gpt1/zero1.py): each rank keeps the
+    moments of the parameters it owns (about 1/N); checkpoints still hold the whole state.
+    Several ranks only; changes memory, never the result."""
     eval_interval_steps: PosInt
     eval_batches: PosInt
     """Validation windows: eval_batches x micro_batch_seqs (x batch_seqs with `auto`)."""

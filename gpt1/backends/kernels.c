@@ -1,5 +1,5 @@
 /* Fused CPU kernels for the training step (loaded by gpt1/backends/native.py; gpt1/backends/kernels.py holds
- * the torch reference of every function here; tests/unit/test_kernels.py compares them).
+ * the torch reference of every function here; tests/unit/backends/test_kernels.py compares them).
  *
  * Eager PyTorch runs each elementwise op as its own pass over memory; in a bf16 training step
  * on 2 cores those passes (dropout masks from a per-element generator, tanh-GELU and its

@@ -12,14 +12,10 @@ other test.
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
+import chaos  # benchmarks/ is on the path: pyproject.toml, [tool.pytest.ini_options]
 import pytest
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "benchmarks"))
-import chaos  # noqa: E402
 
 # no xdist group: the two e2e groups already fill a worker each; this one goes to the worker
 # that the other tests leave freer (tests/conftest.py)

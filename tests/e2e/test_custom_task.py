@@ -13,8 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from data_fixtures import write_corpus
-from test_dvc_data import _copy_repo, _run
 
 from gpt1 import bpe, checkpoint, networks, stages, tracking
 from gpt1.__main__ import main
@@ -24,7 +22,10 @@ from gpt1.export import export_hf
 from gpt1.records import read_metrics, variant_results
 from gpt1.report.tables import render_custom
 from gpt1.tasks.registry import register_custom
-from tests.conftest import make_params_dict
+from tests.helpers.corpus import write_corpus
+from tests.helpers.dvc_repo import copy_repo as _copy_repo
+from tests.helpers.dvc_repo import run as _run
+from tests.helpers.params import make_params_dict
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
 GOOD = "a fine warm film with a kind heart and a good end".split()

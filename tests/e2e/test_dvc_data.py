@@ -8,54 +8,24 @@ shard_corpus only.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import REPO
-from data_fixtures import write_corpus
 
 from gpt1.bpe import load_bpe
 from gpt1.data.shards import read_shards
 from gpt1.records import read_metrics
+from tests.helpers.corpus import write_corpus
+from tests.helpers.dvc_repo import copy_repo as _copy_repo
+from tests.helpers.dvc_repo import run as _run
+from tests.helpers.dvc_repo import set_params as _set_params
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
 
 
-def _copy_repo(dest: Path) -> None:
-    """The repo's source files as git sees them (tracked or not ignored); no data, no .dvc."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, files):
-        src = REPO / name
-        if src.is_file() and not name.startswith((".dvc/", "data/", "reports/", "dvc.lock")):
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
-
-
-def _run(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout + proc.stderr
-
-
 def _ran(output: str) -> list[str]:
     return [s for s in DATA_STAGES if f"Running stage '{s}'" in output]
-
-
-def _set_params(repo: Path, **sections: dict) -> None:
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    for section, values in sections.items():
-        params[section].update(values)
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
 def test_dvc_repro_data_stages(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_dvc_data import _copy_repo, _set_params
+
+from tests.helpers.dvc_repo import copy_repo as _copy_repo
+from tests.helpers.dvc_repo import set_params as _set_params
 
 pytestmark = pytest.mark.slow
 DVC = str(Path(sys.executable).with_name("dvc"))

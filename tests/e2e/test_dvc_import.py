@@ -10,18 +10,18 @@ that they did not run, and the report's banner names the imported checkpoint.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, deep_merge
-from data_fixtures import write_corpus
-from hf_fixtures import write_tiny_openai_gpt
-from test_dvc_data import _copy_repo, _run
 
-sys.path.insert(0, str(REPO / "tests" / "unit"))  # the task-mirror generator of the unit tests
-from test_load import write_mirror  # noqa: E402
+from tests.helpers.corpus import write_corpus
+from tests.helpers.dvc_repo import copy_repo as _copy_repo
+from tests.helpers.dvc_repo import run as _run
+from tests.helpers.hf_checkpoint import write_tiny_openai_gpt
+from tests.helpers.params import deep_merge
+from tests.helpers.repo import REPO
+from tests.helpers.task_mirror import write_mirror
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
 TASKS = ["sst2", "cola", "race"]  # the zero-shot stage's dependencies, so all three are prepared

@@ -18,12 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY
-from data_fixtures import write_corpus
-from test_dvc_data import _copy_repo, _run, _set_params
 
-sys.path.insert(0, str(REPO / "tests" / "unit"))  # the task-mirror generator of the unit tests
-from test_load import write_mirror  # noqa: E402
+from tests.helpers.corpus import write_corpus
+from tests.helpers.dvc_repo import copy_repo as _copy_repo
+from tests.helpers.dvc_repo import run as _run
+from tests.helpers.dvc_repo import set_params as _set_params
+from tests.helpers.params import TINY
+from tests.helpers.task_mirror import write_mirror
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
 STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",

@@ -22,8 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from data_fixtures import write_corpus
-from test_prefect_deployment import (
+
+from gpt1.serve import _default_sigint  # SIGINT back to default before exec, as serve does
+from tests.helpers.corpus import write_corpus
+from tests.helpers.prefect_stack import (
     BIN,
     copy_repo,
     free_port,
@@ -32,8 +34,6 @@ from test_prefect_deployment import (
     state_pids,
     tiny_params,
 )
-
-from gpt1.serve import _default_sigint  # SIGINT back to default before exec, as serve does
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
 STAGES = ["check_corpus"]  # plus its upstream: scan_mirror, download_corpus, clean_corpus

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_params_dict
-from data_fixtures import write_corpus
 
 from gpt1 import tracking
 from gpt1.__main__ import main
+from tests.helpers.corpus import write_corpus
+from tests.helpers.params import make_params_dict
 
 pytestmark = [pytest.mark.slow]
 BIN = Path(sys.executable).parent

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from data_fixtures import make_text
 
 from gpt1 import bpe
 from gpt1.data.clean import standardize_texts
 from gpt1.errors import Gpt1Error
+from tests.helpers.corpus import make_text
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import signal
 import subprocess
 import sys
@@ -13,40 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpt1 import bpe, checkpoint, stages
-from gpt1.config import parse_params
-from gpt1.data import shards
 from gpt1.errors import Gpt1Error
-from tests.conftest import REPO, make_params_dict
-from tests.unit.test_train import _one_thread  # noqa: F401 (autouse fixture)
+from tests.helpers.repo import REPO
+from tests.helpers.runs import prepare_run, random_texts
 
-# Long enough (96 updates, a checkpoint every 8) that a kill lands inside a checkpoint write.
-# device: cpu: resumes are bit-identical on the CPU only (CUDA's kernels do not promise it).
-RUN = {"device": "cpu", "bpe": {"n_merges": 40},
-       "pretrain": {"max_tokens": 96 * 4 * 32, "checkpoint_interval_steps": 8,
-                    "eval_interval_steps": 32, "zero_shot_checkpoints": 4}}
-WORDS = ("the of and to in was he she it that his her had with for as at on by said but "
-         "house river night morning door window letter garden ship king queen").split()
-
-
-def _texts(n_docs: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(600)) for _ in range(n_docs)]
-
-
-def _prepare(tmp_path: Path, name: str, overrides: dict, tok_seed: int = 0) -> tuple[Path, object]:
-    """params file + tokenizer + shards for one run directory under tmp_path/name."""
-    raw = make_params_dict(tmp_path / name, {**RUN, **overrides})
-    params = parse_params(raw, "tiny")
-    texts = _texts(8, tok_seed)
-    tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
-    shards.write_shards([f"d{i}" for i in range(8)], texts, tok, params.shard, params.seed,
-                        params.paths.shards)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path, params
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
 
 
 def _spawn(params_file: Path) -> subprocess.Popen:
@@ -74,9 +46,9 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
 
 def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
     """Kills mid-training and mid-checkpoint-write, each followed by a re-run."""
-    _, ref = _prepare(tmp_path, "ref", {})
+    _, ref = prepare_run(tmp_path, "ref", {})
     stages.pretrain(ref)
-    params_file, run = _prepare(tmp_path, "killed", {})
+    params_file, run = prepare_run(tmp_path, "killed", {})
     run_dir = checkpoint.pretrain_dir(run, "gpt")
     ckpts = run_dir / checkpoint.CKPT_DIR
 
@@ -125,7 +97,7 @@ class _Payload:
 
 @pytest.fixture
 def finished(tmp_path):
-    _, params = _prepare(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
+    _, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
     stages.pretrain(params)
     return params
 
@@ -187,8 +159,8 @@ def test_final_model_refuses_tampering_and_other_tokenizer(finished):
 
 
 def test_shards_from_another_tokenizer_are_refused(tmp_path):
-    _, params = _prepare(tmp_path, "run", {})
-    bpe.train_bpe(_texts(8, seed=99), params.bpe, params.paths.tokenizer)  # a new tokenizer
+    _, params = prepare_run(tmp_path, "run", {})
+    bpe.train_bpe(random_texts(8, seed=99), params.bpe, params.paths.tokenizer)  # a new tokenizer
     with pytest.raises(Gpt1Error, match="index.json: shards were written with tokenizer"):
         stages.pretrain(params)
     assert not checkpoint.pretrain_dir(params, "gpt").exists()

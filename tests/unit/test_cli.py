@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_params_dict
 
 import gpt1
 from gpt1.__main__ import STAGES, TOOLS, build_parser, command_name, main
 from gpt1.tasks.registry import TASKS
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.params import make_params_dict
+from tests.helpers.repo import REPO
 
 
 def one_line_error(err: str) -> str:

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from spec_doc import keyed_values, sections, spec_text
 
 from gpt1.config import ParamsError, load_params, parse_params
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.repo import REPO
+from tests.helpers.spec_doc import keyed_values, sections, spec_text
 
 
 def _raw() -> dict:

@@ -11,8 +11,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from data_fixtures import write_corpus
-from test_load import write_mirror
 
 from gpt1 import bpe, checkpoint, stages
 from gpt1.__main__ import guarded, main
@@ -21,8 +19,11 @@ from gpt1.errors import Gpt1Error
 from gpt1.records import read_metrics
 from gpt1.tasks.load import load_task, validate_tables, write_tables
 from gpt1.tasks.registry import TASKS
-from tests.conftest import REPO, make_params_dict
-from tests.unit.test_checkpoint import _prepare
+from tests.helpers.corpus import write_corpus
+from tests.helpers.params import make_params_dict
+from tests.helpers.repo import REPO
+from tests.helpers.runs import prepare_run
+from tests.helpers.task_mirror import write_mirror
 
 
 def _one_line(capsys) -> str:
@@ -241,7 +242,7 @@ def test_a_split_that_ends_up_empty_is_refused_before_writing(tmp_path, make_par
 @pytest.fixture
 def tokenized(tmp_path) -> tuple[Path, Params]:
     """A params file (and its Params) whose tokenizer and shards exist."""
-    return _prepare(tmp_path, "run", {})
+    return prepare_run(tmp_path, "run", {})
 
 
 @pytest.mark.parametrize(("edit", "problem"), [
@@ -296,7 +297,7 @@ def test_damaged_task_parquet_is_one_line(damage, tokenized, capsys):
 
 
 def test_pretrained_shape_other_than_params_is_refused_before_any_work(tmp_path, capsys):
-    params_file, params = _prepare(tmp_path, "run", {"pretrain": {"max_tokens": 8 * 4 * 32}})
+    params_file, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 8 * 4 * 32}})
     stages.pretrain(params)
     raw = yaml.safe_load(params_file.read_text())
     raw["model"].update(n_layer=3, n_positions=64)

@@ -14,7 +14,7 @@ from gpt1.__main__ import main
 from gpt1.errors import Gpt1Error
 from gpt1.export import export_hf, load_export
 from gpt1.model import GPT
-from tests.unit.test_checkpoint import _prepare, _texts
+from tests.helpers.runs import prepare_run, random_run, random_texts, task_export, tiny_run
 
 transformers = pytest.importorskip("transformers")
 
@@ -30,26 +30,14 @@ def _our_logits(model, idx):
         return model.eval().lm_logits(model.eval()(idx))
 
 
-def _random_run(params, run_dir: Path, tok_hash: str, vocab: int) -> GPT:
-    model = GPT(params.model, vocab)
-    with torch.no_grad():  # non-trivial LayerNorm gains and biases too
-        for name, p in model.named_parameters():
-            if "ln_" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    checkpoint.write_model(run_dir, model, {"kind": "gpt", "vocab_size": vocab,
-                                            "tokenizer_hash": tok_hash, "params": params.as_dict(),
-                                            "step": 0})
-    return model
-
-
 @pytest.mark.parametrize("pad", [1, 64])
 def test_random_tiny_model_matches_transformers(tiny_params, tmp_path, pad):
     """Also with the output rows padded (model.vocab_pad_multiple): the export strips them."""
     params = tiny_params.model_copy(update={
         "bpe": tiny_params.bpe.model_copy(update={"n_merges": 40}),
         "model": tiny_params.model.model_copy(update={"vocab_pad_multiple": pad})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
-    model = _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
+    model = random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     assert (model.tokens_embed.weight.shape[0] > tok.vocab_size) == (pad > 1)
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
     exported = load_file(tmp_path / "hf" / "model.safetensors")
@@ -60,7 +48,7 @@ def test_random_tiny_model_matches_transformers(tiny_params, tmp_path, pad):
 
 
 def test_trained_checkpoint_matches_transformers_via_cli(tmp_path):
-    params_file, params = _prepare(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
+    params_file, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
     stages.pretrain(params)
     out = tmp_path / "hf"
     run_dir = checkpoint.pretrain_dir(params, "gpt")
@@ -72,7 +60,7 @@ def test_trained_checkpoint_matches_transformers_via_cli(tmp_path):
     # the tokenizer files load in transformers and tokenize as ours (standardized input)
     ours = bpe.load_bpe(params.paths.tokenizer)
     hf_tok = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
-    text = _texts(1, 5)[0][:200]
+    text = random_texts(1, 5)[0][:200]
     assert hf_tok(text, add_special_tokens=False)["input_ids"] == ours.encode_batch([text])[0]
     specials = list(params.bpe.special_tokens)
     assert hf_tok.convert_tokens_to_ids(specials) == [ours.start_id, ours.delimiter_id,
@@ -88,8 +76,8 @@ def test_unmappable_models_are_refused(tiny_params, tmp_path, change):
     params = tiny_params.model_copy(update={
         "model": tiny_params.model.model_copy(update=change),
         "bpe": tiny_params.bpe.model_copy(update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
-    _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
+    random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     with pytest.raises(Gpt1Error, match="model.json"):
         export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
     assert not (tmp_path / "hf").exists()
@@ -98,9 +86,9 @@ def test_unmappable_models_are_refused(tiny_params, tmp_path, change):
 def test_other_tokenizer_is_refused(tiny_params, tmp_path):
     params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
         update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
-    _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
-    bpe.train_bpe(_texts(4, 1), params.bpe, tmp_path / "tok")
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
+    random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    bpe.train_bpe(random_texts(4, 1), params.bpe, tmp_path / "tok")
     with pytest.raises(Gpt1Error, match="trained with tokenizer"):
         export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
 
@@ -112,8 +100,8 @@ def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
 
     params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
         update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
-    body = _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
+    body = random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     task_model = TaskModel(body, TASKS["sst2"], 0.1, 0.02)
     save_task_model(tmp_path / "ft", task_model, params, "sst2", "gpt", tok, 7)
     metrics = tmp_path / "metrics"
@@ -163,7 +151,7 @@ def test_text_classification_pipeline_answers_as_predict(tiny_params, tmp_path, 
     fine-tuning does, keeps a symbol it never saw from failing, and knows the context."""
     from gpt1.predict import classify, load_task_model
 
-    _task_export(tiny_params, tmp_path, task)
+    task_export(tiny_params, tmp_path, task)
     model, tok, spec, saved = load_task_model(tmp_path / "ft", tmp_path / "tok")
     pairs = [("the king said , and the queen had the ship", "she was at the door"),
              ("he had a letter", "the river at night")]
@@ -188,21 +176,13 @@ def test_text_classification_pipeline_answers_as_predict(tiny_params, tmp_path, 
 def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):
     params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
         update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
-    _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
+    random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok", tmp_path / "no-metrics")
     card = (tmp_path / "hf" / "README.md").read_text()
     assert card.startswith("---\n") and "\nlicense: mit\n" in card and "No metrics file" in card
     assert "\n# gpt1 export: pre-trained LM" in card and "pipeline_tag: text-generation" in card
     assert not (tmp_path / "hf" / "task_head.json").exists()
-
-
-def _tiny_run(tiny_params, tmp_path):
-    params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
-        update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
-    _random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
-    return params
 
 
 def _cli_export(params, tmp_path, out: Path, *flags: str) -> int:
@@ -217,7 +197,7 @@ def _cli_export(params, tmp_path, out: Path, *flags: str) -> int:
 def test_export_refuses_a_non_empty_folder_and_a_file(tiny_params, tmp_path, capsys):
     """OUT_DIR holding the user's files, or being a file, is refused in one line (exit 2),
     and left exactly as it was, with nothing hidden beside it."""
-    params = _tiny_run(tiny_params, tmp_path / "w")
+    params = tiny_run(tiny_params, tmp_path / "w")
     work = tmp_path / "w"
     folder, file = work / "mine", work / "notes.txt"
     folder.mkdir()
@@ -243,7 +223,7 @@ def test_export_overwrite_replaces_only_its_own_files(tiny_params, tmp_path):
     removed), the user's files stay, no temp or .old path is left beside OUT_DIR."""
     from gpt1.export import EXPORT_FILES
 
-    params = _tiny_run(tiny_params, tmp_path / "w")
+    params = tiny_run(tiny_params, tmp_path / "w")
     work, out = tmp_path / "w", tmp_path / "w" / "hf"
     out.mkdir()
     (out / "notes.md").write_text("mine")
@@ -261,7 +241,7 @@ def test_export_overwrite_replaces_only_its_own_files(tiny_params, tmp_path):
 
 
 def test_export_into_an_empty_folder(tiny_params, tmp_path):
-    params = _tiny_run(tiny_params, tmp_path / "w")
+    params = tiny_run(tiny_params, tmp_path / "w")
     out = tmp_path / "w" / "hf"
     out.mkdir()
     assert _cli_export(params, tmp_path / "w", out) == 0
@@ -274,7 +254,7 @@ def test_run_written_before_vocabulary_padding_still_loads(tiny_params, tmp_path
     """A model.json without model.vocab_pad_multiple (older runs) loads as unpadded and exports."""
     params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
         update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, tmp_path / "tok")
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
     raw = params.as_dict()
     del raw["model"]["vocab_pad_multiple"]
     model = GPT(params.model, tok.vocab_size)
@@ -289,28 +269,10 @@ def test_run_written_before_vocabulary_padding_still_loads(tiny_params, tmp_path
     assert diff <= 1e-4, diff
 
 
-def _task_export(tiny_params, tmp_path, task: str):
-    """A fine-tuned `task` model (head with non-trivial weights) and its export-hf folder."""
-    from gpt1.heads import TaskModel
-    from gpt1.predict import save_task_model
-    from gpt1.tasks.registry import TASKS
-
-    params = _tiny_run(tiny_params, tmp_path)
-    tok = bpe.load_bpe(tmp_path / "tok")
-    body, _ = checkpoint.load_model(tmp_path / "run", tok.hash)
-    task_model = TaskModel(body, TASKS[task], 0.1, 0.02)
-    with torch.no_grad():
-        torch.nn.init.normal_(task_model.head.linear.weight, std=1.0)
-        task_model.head.linear.bias.fill_(0.3)
-    save_task_model(tmp_path / "ft", task_model, params, task, "gpt", tok)
-    export_hf(tmp_path / "ft", tmp_path / "hf", tmp_path / "tok")
-    return params, task_model.eval(), tok
-
-
 def test_choice_head_exports_as_transformers_double_heads_model(tiny_params, tmp_path):
     """A multiple-choice model loads as OpenAIGPTDoubleHeadsModel; its mc_logits at the
     `_classify_` token are our choice head's scores."""
-    _, task_model, tok = _task_export(tiny_params, tmp_path, "story_cloze")
+    _, task_model, tok = task_export(tiny_params, tmp_path, "story_cloze")
     assert not (tmp_path / "hf" / "task_head.safetensors").exists()
     hf = transformers.OpenAIGPTDoubleHeadsModel.from_pretrained(tmp_path / "hf",
                                                                 local_files_only=True).eval()
@@ -330,7 +292,7 @@ def test_predict_reads_an_export_outside_the_repository(tiny_params, tmp_path, m
                                                          capsys, task):
     """`gpt1 predict --model <export-hf folder>` answers from the folder alone (no params file,
     cwd outside any repository), as the fine-tuned model does; --model-dir is its alias."""
-    params, _, _ = _task_export(tiny_params, tmp_path / "w", task)
+    params, _, _ = task_export(tiny_params, tmp_path / "w", task)
     raw = params.as_dict()
     raw["paths"]["tokenizer"] = str(tmp_path / "w" / "tok")
     (tmp_path / "w" / "params.yaml").write_text(json.dumps(raw))
@@ -351,7 +313,7 @@ def test_predict_reads_an_export_outside_the_repository(tiny_params, tmp_path, m
 
 def test_generate_reads_a_pretrained_export_outside_the_repository(tiny_params, tmp_path,
                                                                    monkeypatch, capsys):
-    _tiny_run(tiny_params, tmp_path)
+    tiny_run(tiny_params, tmp_path)
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
     monkeypatch.chdir(tmp_path)  # no params.yaml here
     args = ["generate", "--model", str(tmp_path / "hf"), "The cat", "--max-new-tokens", "4"]

@@ -2,7 +2,7 @@
 
 (i) special-token embeddings start fresh at fine-tuning; (ii) the paper preset gives RACE the
 full context; (iii) the from-scratch row's lambda is stated in the report with the paper's
-wording (tests/unit/test_report.py); (iv) update t runs at lr(t), t before its increment.
+wording (tests/unit/report/test_document.py); (iv) update t runs at lr(t), t before its increment.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from gpt1.optim import lr_at
 from gpt1.stages import task_truncation
 from gpt1.tasks.formats import Specials, encode_table, layout
 from gpt1.tasks.registry import TASKS
+from tests.helpers.repo import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 V = 60
 SP = Specials(start=V - 3, delimiter=V - 2, classify=V - 1)
 

@@ -24,9 +24,11 @@ from gpt1.interrupt import StoppedError
 from gpt1.model import GPT
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
-from tests.conftest import REPO
-from tests.unit.test_checkpoint import _prepare
-from tests.unit.test_train import _one_thread, _run  # noqa: F401 (autouse fixture)
+from tests.helpers.repo import REPO
+from tests.helpers.runs import prepare_run
+from tests.helpers.streams import pretrain_tiny
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
 
 SHORT = {"pretrain": {"max_tokens": 32 * 4 * 32, "checkpoint_interval_steps": 8,
                       "eval_interval_steps": 16}}
@@ -48,9 +50,9 @@ def _gpt1_lines(stderr: str) -> list[str]:
 def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     """Ctrl-C in a running `gpt1 pretrain` saves, says so in one line, exits 130; the
     re-run resumes to the same final weights as a run never stopped."""
-    _, ref = _prepare(tmp_path, "ref", SHORT)
+    _, ref = prepare_run(tmp_path, "ref", SHORT)
     stages.pretrain(ref)
-    params_file, run = _prepare(tmp_path, "stopped", SHORT)
+    params_file, run = prepare_run(tmp_path, "stopped", SHORT)
     run_dir = checkpoint.pretrain_dir(run, "gpt")
     proc = _cli(params_file, "pretrain")
     first = run_dir / checkpoint.ZEROSHOT_DIR / "step_00000004.safetensors"  # end of warm-up
@@ -77,7 +79,7 @@ def test_sigterm_at_an_off_interval_step_checkpoints_there(make_params, tmp_path
     """SIGTERM at step 12 (checkpoints every 8): a checkpoint at 12, StoppedError with exit
     code 143, and the resumed run's weights equal an uninterrupted run's."""
     params = make_params({"pretrain": {"precision": "fp32"}})
-    _run(params, tmp_path / "a")
+    pretrain_tiny(params, tmp_path / "a")
 
     def term_at_12(step, metrics):
         if step == 12 and "loss" in metrics:
@@ -85,11 +87,11 @@ def test_sigterm_at_an_off_interval_step_checkpoints_there(make_params, tmp_path
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(StoppedError, match="stopped at step 12; re-run to resume") as info:
-        _run(params, tmp_path / "b", term_at_12)
+        pretrain_tiny(params, tmp_path / "b", term_at_12)
     assert info.value.exit_code == 143
     assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
     assert checkpoint.latest_checkpoint(tmp_path / "b").name == "step_00000012"
-    _run(params, tmp_path / "b")
+    pretrain_tiny(params, tmp_path / "b")
     assert ((tmp_path / "a" / checkpoint.MODEL_FILE).read_bytes()
             == (tmp_path / "b" / checkpoint.MODEL_FILE).read_bytes())
 
@@ -178,7 +180,7 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
 
 def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
     """SIGKILL while shard_corpus writes its temp directory; the re-run removes it."""
-    params_file, params = _prepare(tmp_path, "run", {})
+    params_file, params = prepare_run(tmp_path, "run", {})
     texts = [" ".join(f"w{(i * 7 + k) % 101} the of w{i % 13}" for i in range(8000))
              for k in range(60)]
     corpus = pd.DataFrame({"doc_id": [f"d{k}" for k in range(60)], "text": texts})

@@ -144,11 +144,10 @@ def test_cap_is_a_seeded_subset_in_file_order() -> None:
 def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> None:
     import json
 
-    from test_load import write_mirror
-
     from gpt1 import bpe, stages
     from gpt1.data.clean import standardize_texts
     from gpt1.records import read_metrics
+    from tests.helpers.task_mirror import write_mirror
 
     write_mirror(tmp_path / "mirror", rows=40)
     params = make_params({"finetune": {"init": "scratch", "epochs": 2, "seeds": [0, 1],
@@ -183,10 +182,10 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
 
 def test_cli_bad_task_file_is_one_line_exit_2(make_params, tmp_path, capsys) -> None:
     import yaml
-    from test_load import write_mirror
 
     from gpt1.__main__ import main
-    from tests.conftest import make_params_dict
+    from tests.helpers.params import make_params_dict
+    from tests.helpers.task_mirror import write_mirror
 
     write_mirror(tmp_path / "mirror")
     bad = tmp_path / "mirror/tasks/SST-2/dev.tsv"

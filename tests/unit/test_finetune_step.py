@@ -5,6 +5,7 @@ and never holding the logits of every position at once, and the compiled step eq
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from gpt1 import finetune
@@ -14,8 +15,9 @@ from gpt1.model import GPT
 from gpt1.task_losses import chunked_lm_losses, lm_loss
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
-from tests.unit.test_ddp import count_updates, patch_host_reads
-from tests.unit.test_train import _one_thread  # noqa: F401 (autouse fixture)
+from tests.helpers.counters import count_updates, patch_host_reads
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
 
 V = 50
 

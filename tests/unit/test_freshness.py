@@ -14,8 +14,7 @@ from gpt1.config import load_params
 from gpt1.report.document import headline
 from gpt1.tasks.registry import TASKS
 from gpt1.variants import override
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.repo import REPO
 
 
 def _write_finetune_records(params) -> None:
@@ -99,9 +98,8 @@ def test_a_record_without_a_stage_hash_is_judged_by_its_dvc_lock_entry(
         tmp_path: Path, monkeypatch) -> None:
     """Records written before stage hashes (the committed demo's): the params DVC recorded
     for their stage in dvc.lock, against params.yaml now."""
-    from conftest import make_params_dict
-
     from gpt1.config import parse_params
+    from tests.helpers.params import make_params_dict
 
     (tmp_path / "dvc.yaml").write_bytes((REPO / "dvc.yaml").read_bytes())
     raw = make_params_dict(tmp_path)

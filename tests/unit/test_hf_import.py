@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,9 @@ from gpt1 import bpe, checkpoint
 from gpt1.__main__ import main
 from gpt1.data.clean import standardize_text
 from gpt1.export import export_hf
+from tests.helpers.hf_checkpoint import PARAGRAPH, write_tiny_openai_gpt
 
 transformers = pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the checkpoint builder
-from hf_fixtures import PARAGRAPH, write_tiny_openai_gpt  # noqa: E402
 
 # transformers 4.x's OpenAIGPTTokenizer with ftfy + spaCy installed, which is the original
 # release's encoder (text_utils.py): ftfy, this standardisation, spaCy tokens, lower-cased BPE.

@@ -15,10 +15,9 @@ from gpt1 import bpe, checkpoint, predict
 from gpt1.__main__ import main
 from gpt1.heads import TaskModel
 from gpt1.tasks.registry import TASKS
-from tests.hf_fixtures import write_tiny_openai_gpt
-from tests.unit.test_checkpoint import _texts
-from tests.unit.test_export import _task_export
-from tests.unit.test_refusals import _refused
+from tests.helpers.cli import refused
+from tests.helpers.hf_checkpoint import write_tiny_openai_gpt
+from tests.helpers.runs import random_texts, task_export
 
 pytest.importorskip("transformers")
 
@@ -39,7 +38,7 @@ def _repo(make_params, tmp_path: Path) -> Path:
     repo.mkdir()
     (repo / "dvc.yaml").write_text("stages: {}\n")
     params = make_params({"bpe": {"n_merges": 40}})
-    bpe.train_bpe(_texts(4, 0), params.bpe, params.paths.tokenizer)
+    bpe.train_bpe(random_texts(4, 0), params.bpe, params.paths.tokenizer)
     (repo / "params.yaml").write_text(json.dumps(params.as_dict()))
     return repo
 
@@ -102,7 +101,7 @@ def test_import_hf_outside_a_repository_needs_no_params(tmp_path, capsys, monkey
     ("story_cloze", ["she left.", "--choices", "it rained.", "the sea sang."])])
 def test_import_of_a_fine_tuned_export_outside_a_repository_keeps_its_head(
         tiny_params, tmp_path, capsys, monkeypatch, task, inputs):
-    _task_export(tiny_params, tmp_path / "w", task)  # w/ft (fine-tuned), w/hf (its export)
+    task_export(tiny_params, tmp_path / "w", task)  # w/ft (fine-tuned), w/hf (its export)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -120,9 +119,9 @@ def test_import_of_a_fine_tuned_export_outside_a_repository_keeps_its_head(
 def test_a_task_head_import_hf_cannot_keep_is_named(tiny_params, tmp_path, capsys, monkeypatch,
                                                     task, head):
     """Without gpt1_model.json nothing says which task a head answers: refused, naming it."""
-    _task_export(tiny_params, tmp_path / "w", task)
+    task_export(tiny_params, tmp_path / "w", task)
     (tmp_path / "w" / "hf" / "gpt1_model.json").unlink()
     monkeypatch.chdir(tmp_path)
-    _refused(capsys, ["import-hf", str(tmp_path / "w" / "hf"), "imported"], head,
+    refused(capsys, ["import-hf", str(tmp_path / "w" / "hf"), "imported"], head,
              "import-hf keeps a task head only from a gpt1 export-hf folder")
     assert not (tmp_path / "imported").exists()

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
 
-from spec_doc import REPO
+from tests.helpers.repo import REPO
 
 MAX_LINES = 450
 ROOTS = ("gpt1", "pipelines")

@@ -9,7 +9,9 @@ import torch
 from gpt1 import checkpoint
 from gpt1.lstm import LSTMLM, lstm_flops_per_token
 from gpt1.pretraining import pretrain
-from tests.unit.test_train import VOCAB, _one_thread, _tokens  # noqa: F401 (autouse fixture)
+from tests.helpers.streams import VOCAB, token_stream
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
 
 
 @pytest.mark.parametrize("hidden", [32, 48])
@@ -44,7 +46,7 @@ def test_flops_count_grows_with_width(tiny_params):
 def test_pretrain_loop_trains_and_resumes_the_lstm(make_params, tmp_path):
     params = make_params({"pretrain": {"precision": "fp32"}})
     meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
-    data = ([_tokens(3000, 1), _tokens(2000, 2)], [_tokens(1000, 3)])
+    data = ([token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)])
 
     def run(run_dir, on_metrics=lambda s, m: None):
         torch.manual_seed(params.seed)
@@ -96,7 +98,7 @@ def test_pretrain_loop_runs_the_lstm_in_bf16(make_params, tmp_path):
     params = make_params({"pretrain": {"precision": "bf16", "max_tokens": 640}})
     meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
     torch.manual_seed(params.seed)
-    metrics = pretrain(LSTMLM(params.lstm, VOCAB), [_tokens(3000, 1)], [_tokens(1000, 3)],
+    metrics = pretrain(LSTMLM(params.lstm, VOCAB), [token_stream(3000, 1)], [token_stream(1000, 3)],
                        params, tmp_path / "run", meta, lstm_flops_per_token(params.lstm, VOCAB),
                        lambda s, m: None)
     assert metrics["precision"] == "bf16"

@@ -10,7 +10,9 @@ from gpt1 import checkpoint, micro_batch
 from gpt1.errors import Gpt1Error
 from gpt1.model import GPT
 from gpt1.pretraining import CausalLM
-from tests.unit.test_train import VOCAB, CrashError, _crash_at_12, _one_thread, _run  # noqa: F401
+from tests.helpers.streams import VOCAB, CrashError, crash_at_12, pretrain_tiny
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
 
 AUTO = {"device": "cpu", "pretrain": {"precision": "fp32", "micro_batch_seqs": "auto"}}
 
@@ -56,19 +58,20 @@ def test_auto_picks_from_the_probe_records_it_and_resumes_with_it(make_params, t
     params = make_params(AUTO)
     tight = _limit_between(params, 2, 4)
     monkeypatch.setattr(micro_batch, "memory_limit", lambda device, world: tight)
-    metrics = _run(params, tmp_path / "a")
+    metrics = pretrain_tiny(params, tmp_path / "a")
     assert (metrics["micro_batch_seqs"], metrics["accumulation"]) == (2, 2)
     meta = checkpoint.read_model_meta(tmp_path / "a")
     assert meta["split"] == {"micro_batch_seqs": 2, "world_size": 1}
     with pytest.raises(CrashError):
-        _run(params, tmp_path / "b", _crash_at_12)
+        pretrain_tiny(params, tmp_path / "b", crash_at_12)
     state = checkpoint.read_checkpoint_state(checkpoint.latest_checkpoint(tmp_path / "b"))
     assert state["split"] == {"micro_batch_seqs": 2, "world_size": 1}
     monkeypatch.setattr(micro_batch, "memory_limit", lambda device, world: 1e15)
-    assert _run(params, tmp_path / "b")["micro_batch_seqs"] == 2  # recorded, not re-probed
+    assert pretrain_tiny(params, tmp_path / "b")["micro_batch_seqs"] == 2  # recorded, not re-probed
     for name in ["model.safetensors", "zeroshot/step_00000032.safetensors"]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
-    assert _run(params, tmp_path / "c")["micro_batch_seqs"] == 4  # a fresh run: it all fits
+    fresh = pretrain_tiny(params, tmp_path / "c")  # a fresh run: it all fits
+    assert fresh["micro_batch_seqs"] == 4
 
 
 def test_auto_on_more_ranks_than_the_batch_splits_over_is_refused(make_params):

@@ -100,7 +100,7 @@ def test_paper_parameter_count_matches_transformers():
     """The paper preset (40,478 + 3 specials, ctx 512) within 1% of transformers' OpenAIGPT."""
     transformers = pytest.importorskip("transformers")
     from gpt1.config import load_params
-    from tests.conftest import REPO
+    from tests.helpers.repo import REPO
 
     paper = load_params(REPO / "configs" / "paper.yaml").model
     vocab = 40478 + 3

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.repo import REPO
+
 DVC = str(Path(sys.executable).with_name("dvc"))
 CATEGORY10 = 10  # colours in Vega's category10 scheme
 

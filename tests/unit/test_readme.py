@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spec_doc import REPO
+from tests.helpers.repo import REPO
 
 MAX_README_LINES = 252  # 246 + the verdict block (gpt1 verdicts --readme, issue 31 S4)
 

@@ -13,29 +13,13 @@ import pytest
 import yaml
 
 from gpt1.__main__ import main
-from tests.conftest import REPO, make_params_dict
-from tests.hf_fixtures import write_tiny_openai_gpt
-from tests.unit.test_export import _task_export, _tiny_run
+from tests.helpers.cli import file_tree, refused
+from tests.helpers.hf_checkpoint import write_tiny_openai_gpt
+from tests.helpers.params import make_params_dict
+from tests.helpers.repo import REPO
+from tests.helpers.runs import task_export, tiny_run
 
 transformers = pytest.importorskip("transformers")
-
-
-def _tree(folder: Path) -> dict[str, bytes]:
-    """Every file under `folder` and its bytes: what "nothing written" compares."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
-
-
-def _refused(capsys, argv: list[str], *needles: str) -> str:
-    """`gpt1 argv` exits 2 with one line on stderr holding every needle, nothing on stdout."""
-    capsys.readouterr()
-    code = main(argv)
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and not captured.out, captured
-    assert "internal error" not in lines[0], lines[0]
-    assert all(n in lines[0] for n in needles), (lines[0], needles)
-    return lines[0]
 
 
 def _closed_port() -> int:
@@ -50,33 +34,33 @@ def test_predict_on_a_pretrained_run_says_it_is_not_fine_tuned(tiny_params, tmp_
     export, not the copy)."""
     from gpt1.export import export_hf
 
-    _tiny_run(tiny_params, tmp_path)  # run/ (pre-trained LM), tok/
+    tiny_run(tiny_params, tmp_path)  # run/ (pre-trained LM), tok/
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")
     raw = tiny_params.as_dict()
     raw["paths"]["tokenizer"] = str(tmp_path / "tok")
     (tmp_path / "params.yaml").write_text(json.dumps(raw))
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     monkeypatch.chdir(tmp_path)
-    _refused(capsys, ["predict", "--model", str(tmp_path / "run"), "a film"],
+    refused(capsys, ["predict", "--model", str(tmp_path / "run"), "a film"],
              str(tmp_path / "run" / "model.json"), "pre-trained", "gpt1 generate")
-    line = _refused(capsys, ["predict", "--model", str(tmp_path / "hf"), "a film"],
+    line = refused(capsys, ["predict", "--model", str(tmp_path / "hf"), "a film"],
                     f"error: {tmp_path / 'hf'}: a pre-trained language model")
     assert "gpt1-model-" not in line
-    assert _tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def test_generate_on_a_fine_tuned_model_names_it(tiny_params, tmp_path, capsys, monkeypatch):
-    params, _, _ = _task_export(tiny_params, tmp_path, "rte")  # ft/, hf/ (its export), tok/
+    params, _, _ = task_export(tiny_params, tmp_path, "rte")  # ft/, hf/ (its export), tok/
     raw = params.as_dict()
     raw["paths"]["tokenizer"] = str(tmp_path / "tok")
     (tmp_path / "params.yaml").write_text(json.dumps(raw))
     monkeypatch.chdir(tmp_path)
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     for model in (tmp_path / "hf", tmp_path / "ft"):
-        line = _refused(capsys, ["generate", "--model", str(model), "the cat"],
+        line = refused(capsys, ["generate", "--model", str(model), "the cat"],
                         f"error: {model}", "fine-tuned on rte", "gpt1 predict")
         assert "gpt1-model-" not in line
-    assert _tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 @pytest.mark.parametrize("damage,file,needle", [
@@ -93,7 +77,7 @@ def test_a_damaged_export_folder_is_one_line_naming_the_file(tiny_params, tmp_pa
     """predict / export-hf / generate read an export folder only after checking each file."""
     from safetensors.torch import save_file
 
-    _task_export(tiny_params, tmp_path, "rte")
+    task_export(tiny_params, tmp_path, "rte")
     path = tmp_path / "hf" / file
     if damage == "truncate":
         path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
@@ -107,12 +91,12 @@ def test_a_damaged_export_folder_is_one_line_naming_the_file(tiny_params, tmp_pa
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    before = _tree(tmp_path)
-    _refused(capsys, ["predict", "--model", str(tmp_path / "hf"), "a man sleeps.",
+    before = file_tree(tmp_path)
+    refused(capsys, ["predict", "--model", str(tmp_path / "hf"), "a man sleeps.",
                       "--text-b", "a person rests."], str(path), needle)
-    _refused(capsys, ["export-hf", "--model", str(tmp_path / "hf"), str(tmp_path / "again")],
+    refused(capsys, ["export-hf", "--model", str(tmp_path / "hf"), str(tmp_path / "again")],
              str(path), needle)
-    assert _tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def _pending_workspace(tmp_path: Path, monkeypatch, ops_text: str) -> tuple[Path, Path]:
@@ -137,11 +121,11 @@ def test_relog_over_a_damaged_pending_line_logs_nothing(tmp_path, monkeypatch, c
     """A line cut short by a kill mid-append: one line naming the file and line, the records
     kept as they were, no store created (nothing is logged before every line is read)."""
     folder, db = _pending_workspace(tmp_path, monkeypatch, ops)
-    before = _tree(folder)
-    _refused(capsys, ["relog"], str(folder / "ops.jsonl"), needle, "gpt1 relog")
-    assert _tree(folder) == before and not db.exists()
+    before = file_tree(folder)
+    refused(capsys, ["relog"], str(folder / "ops.jsonl"), needle, "gpt1 relog")
+    assert file_tree(folder) == before and not db.exists()
     (folder / "run.json").write_text('{"tracking_uri": "sqlite:///x.db", "run_')
-    _refused(capsys, ["relog"], str(folder / "run.json"), "not valid JSON")
+    refused(capsys, ["relog"], str(folder / "run.json"), "not valid JSON")
 
 
 @pytest.mark.parametrize("file,field,value", [
@@ -163,7 +147,7 @@ def test_verdicts_over_a_mistyped_record_field_names_file_and_field(tmp_path, ca
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw))
     out = tmp_path / "verdicts.md"
-    _refused(capsys, ["verdicts", "--run", f"demo={params}", "--out", str(out)],
+    refused(capsys, ["verdicts", "--run", f"demo={params}", "--out", str(out)],
              str(metrics / file), repr(field))
     assert not out.exists()
 
@@ -177,7 +161,7 @@ def test_import_hf_into_a_non_empty_folder_suggests_no_flag_it_lacks(make_params
     (out / "mine.txt").write_text("mine")
     params = tmp_path / "params.yaml"
     params.write_text(json.dumps(make_params().as_dict()))
-    line = _refused(capsys, ["--params", str(params), "import-hf", str(src), str(out)],
+    line = refused(capsys, ["--params", str(params), "import-hf", str(src), str(out)],
                     str(out), "not empty")
     assert "--overwrite" not in line  # import-hf has no such flag
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
@@ -189,7 +173,7 @@ def test_union_typed_key_names_every_accepted_form(tmp_path, capsys, value):
     raw["pretrain"]["nproc"] = value
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw))
-    line = _refused(capsys, ["--params", str(params), "pretrain"], str(params),
+    line = refused(capsys, ["--params", str(params), "pretrain"], str(params),
                     "pretrain.nproc: ", "'auto' or an integer > 0")
     assert "literal" not in line and "Input should" not in line  # pydantic's own wording
     assert not (tmp_path / "data").exists()
@@ -212,9 +196,9 @@ def test_models_uri_without_a_store_creates_none(tmp_path, capsys, monkeypatch):
     outside.mkdir()
     monkeypatch.chdir(outside)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    _refused(capsys, ["predict", "--model", "models:/gpt1-rte/1", "a film"],
+    refused(capsys, ["predict", "--model", "models:/gpt1-rte/1", "a film"],
              "models:/gpt1-rte/1", "mlflow.db", "MLFLOW_TRACKING_URI")
-    _refused(capsys, ["generate", "--model", "models:/gpt1-pretrain/1", "the"],
+    refused(capsys, ["generate", "--model", "models:/gpt1-pretrain/1", "the"],
              "models:/gpt1-pretrain/1")
     assert list(outside.iterdir()) == []
     repo = tmp_path / "repo"
@@ -224,7 +208,7 @@ def test_models_uri_without_a_store_creates_none(tmp_path, capsys, monkeypatch):
     (repo / "params.yaml").write_text(yaml.safe_dump(raw))
     monkeypatch.chdir(repo)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    _refused(capsys, ["predict", "--model", "models:/gpt1-rte/1", "a film"],
+    refused(capsys, ["predict", "--model", "models:/gpt1-rte/1", "a film"],
              str(repo / "mlflow.db"))
     assert sorted(p.name for p in repo.iterdir()) == ["dvc.yaml", "params.yaml"]
 
@@ -234,7 +218,7 @@ def test_models_uri_on_a_server_that_is_down_fails_fast(tmp_path, capsys, monkey
     uri = f"http://127.0.0.1:{_closed_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     started = time.perf_counter()
-    _refused(capsys, ["predict", "--model", "models:/gpt1-rte/1", "a film"], uri,
+    refused(capsys, ["predict", "--model", "models:/gpt1-rte/1", "a film"], uri,
              "not reachable")
     assert time.perf_counter() - started < 10 and list(tmp_path.iterdir()) == []
 
@@ -264,7 +248,7 @@ def test_hub_refusing_connections_fails_at_once_in_one_line(make_params, tmp_pat
     params.write_text(json.dumps(make_params().as_dict()))
     out = tmp_path / "out"
     started = time.perf_counter()
-    _refused(capsys, ["--params", str(params), "import-hf", "openai-gpt", str(out)],
+    refused(capsys, ["--params", str(params), "import-hf", "openai-gpt", str(out)],
              "openai-gpt", f"127.0.0.1:{port}", needle)
     assert time.perf_counter() - started < 10
     assert not out.exists() and not list(tmp_path.glob(".out*"))

@@ -24,9 +24,8 @@ def _ids(path: str | Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory):
-    from test_load import write_mirror
-
-    from tests.conftest import make_params_dict
+    from tests.helpers.params import make_params_dict
+    from tests.helpers.task_mirror import write_mirror
 
     tmp_path = tmp_path_factory.mktemp("selection")
     write_mirror(tmp_path / "mirror", rows=40)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.repo import REPO
 
 
 def _run_setup(tmp_path: Path, installed_cpu_build: bool, env: dict[str, str]) -> list[str]:
     """setup.sh against a fake .venv whose pip logs its arguments; returns the pip calls."""
-    shutil.copy(ROOT / "setup.sh", tmp_path / "setup.sh")
+    shutil.copy(REPO / "setup.sh", tmp_path / "setup.sh")
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     log = tmp_path / "pip.log"

@@ -1,6 +1,6 @@
 """Checkpoints off the critical path: the loop trains on while a checkpoint is hashed and
 written on the writer's thread; a failed write is raised in the loop; a host copy does not
-change when training goes on. (Bit-identical resumes: test_checkpoint.py, test_train.py.)"""
+change when training goes on. (Bit-identical resumes: test_checkpoint.py, test_pretraining.py.)"""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import torch
 
 from gpt1 import checkpoint
 from gpt1.snapshot import BackgroundWriter, HostCopier
-from tests.unit.test_ddp import count_updates
-from tests.unit.test_train import _one_thread, _run  # noqa: F401 (autouse fixture)
+from tests.helpers.counters import count_updates
+from tests.helpers.streams import pretrain_tiny
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
 
 
 def test_the_loop_trains_on_while_a_checkpoint_is_written(make_params, tmp_path, monkeypatch):
@@ -33,7 +35,7 @@ def test_the_loop_trains_on_while_a_checkpoint_is_written(make_params, tmp_path,
         return write(run_dir, at, *args)
 
     monkeypatch.setattr(checkpoint, "write_checkpoint", slow_write)
-    metrics = _run(params, tmp_path / "run")
+    metrics = pretrain_tiny(params, tmp_path / "run")
     assert [w[0] for w in writes] == [8, 16, 24, 32]
     assert {w[1] for w in writes} == {"gpt1-checkpoint"}
     assert all(trained >= 2 for at, _, trained in writes if at < 32), writes

@@ -11,9 +11,9 @@ import re
 import tokenize
 from pathlib import Path
 
-from spec_doc import REPO, sections, spec_text
+from tests.helpers.repo import REPO
+from tests.helpers.spec_doc import sections, spec_text
 
-# The places that cite the spec: code, pipelines, tests, benchmarks, presets, docs.
 SCANNED_DIRS = ["gpt1", "pipelines", "tests", "benchmarks", "configs", "docs"]
 SCANNED_FILES = ["README.md", "params.yaml", "dvc.yaml", "prefect.yaml", "pyproject.toml",
                  "setup.sh"]

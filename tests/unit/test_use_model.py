@@ -15,14 +15,14 @@ from gpt1.errors import Gpt1Error
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
 from gpt1.tasks.registry import TASKS
-from tests.unit.test_checkpoint import _texts
+from tests.helpers.runs import random_texts
 
 
 @pytest.fixture
 def lm(tiny_params, tmp_path: Path):
     params = tiny_params.model_copy(update={"bpe": tiny_params.bpe.model_copy(
         update={"n_merges": 40})})
-    tok = bpe.train_bpe(_texts(4, 0), params.bpe, params.paths.tokenizer)
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, params.paths.tokenizer)
     model = GPT(params.model, tok.vocab_size).eval()
     checkpoint.write_model(checkpoint.pretrain_dir(params, "gpt"), model, {
         "kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,

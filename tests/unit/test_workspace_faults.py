@@ -19,9 +19,10 @@ import yaml
 
 from gpt1 import stage_lock
 from gpt1.config import load_params
-from tests.conftest import REPO, make_params_dict
-from tests.hf_fixtures import write_tiny_openai_gpt
-from tests.unit.test_refusals import _refused, _tree
+from tests.helpers.cli import file_tree, refused
+from tests.helpers.hf_checkpoint import write_tiny_openai_gpt
+from tests.helpers.params import make_params_dict
+from tests.helpers.repo import REPO
 
 
 def _fill_disk_at(monkeypatch, name: str) -> list[int]:
@@ -56,13 +57,13 @@ def test_a_full_disk_mid_import_is_one_line_and_leaves_nothing(make_params, tmp_
     write_tiny_openai_gpt(src)
     params = tmp_path / "params.yaml"
     params.write_text(json.dumps(make_params().as_dict()))
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     asked = _fill_disk_at(monkeypatch, "model.safetensors")
     out = tmp_path / "imported"
-    line = _refused(capsys, ["--params", str(params), "import-hf", str(src), str(out)],
+    line = refused(capsys, ["--params", str(params), "import-hf", str(src), str(out)],
                     f"{out}: no space left on the device", "free there", "re-run")
     assert asked and _needed_bytes(line) >= asked[0] * 0.99  # the weights at least
-    assert _tree(tmp_path) == before  # no OUT, no .imported.* temp, nothing beside
+    assert file_tree(tmp_path) == before  # no OUT, no .imported.* temp, nothing beside
 
 
 def test_a_full_disk_over_an_existing_file_keeps_it(tmp_path, capsys, monkeypatch):
@@ -74,11 +75,11 @@ def test_a_full_disk_over_an_existing_file_keeps_it(tmp_path, capsys, monkeypatc
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     out = tmp_path / "verdicts.md"
     out.write_text("the previous table\n")
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     monkeypatch.setattr(Path, "write_bytes", _fail_write)
-    _refused(capsys, ["verdicts", "--run", f"demo={tmp_path / 'params.yaml'}", "--out", str(out)],
+    refused(capsys, ["verdicts", "--run", f"demo={tmp_path / 'params.yaml'}", "--out", str(out)],
              f"{out}: no space left on the device", "needs at least")
-    assert _tree(tmp_path) == before
+    assert file_tree(tmp_path) == before
 
 
 def _fail_write(self: Path, data: bytes) -> int:
@@ -113,11 +114,11 @@ def test_a_second_run_of_a_running_stage_stops_in_one_line(tmp_path, capsys, mon
     params = load_params(params_file)
     holder = _hold_lock(params_file, run)
     try:
-        before = _tree(workspace)
-        line = _refused(capsys, ["--params", str(params_file), *stage],
+        before = file_tree(workspace)
+        line = refused(capsys, ["--params", str(params_file), *stage],
                         f"{run} is already running in this workspace (pid {holder.pid}",
                         f"in {workspace}", stage_lock.lock_name(run, params))
-        assert "wait for it to finish" in line and _tree(workspace) == before
+        assert "wait for it to finish" in line and file_tree(workspace) == before
         other = tmp_path / "other"
         other.mkdir()
         (other / "params.yaml").write_text(yaml.safe_dump(make_params_dict(other)))
@@ -175,11 +176,11 @@ def test_a_full_disk_while_updating_a_users_folder_names_it_and_keeps_it(tmp_pat
     dest.mkdir()
     (dest / "mine.txt").write_text("mine")
     (dest / "config.json").write_text("old")
-    before = _tree(tmp_path)
+    before = file_tree(tmp_path)
     with pytest.raises(Gpt1Error) as info:
         with atomic.user_folder(dest, True, ["config.json", "model.safetensors"]) as tmp:
             (tmp / "config.json").write_text("new")
             (tmp / "model.safetensors").write_bytes(b"x" * 5000)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert str(info.value).startswith(f"{dest}: no space left on the device")
-    assert _needed_bytes(str(info.value)) >= 5000 and _tree(tmp_path) == before
+    assert _needed_bytes(str(info.value)) >= 5000 and file_tree(tmp_path) == before

@@ -1,0 +1,51 @@
+"""The tiny params of the unit tests: params.yaml with a CPU-sized model and every output path
+under a test's folder."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.helpers.repo import REPO
+
+# A model small enough for CPU unit tests; every other value comes from params.yaml.
+TINY: dict[str, Any] = {
+    "bpe": {"n_merges": 200, "min_frequency": 1},
+    "shard": {"tokens_per_shard": 5000},
+    "model": {"n_positions": 32, "n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 128},
+    "lstm": {"hidden_size": 48, "n_embd": 32},
+    "pretrain": {
+        "batch_seqs": 4, "micro_batch_seqs": 2, "seq_len": 32, "max_tokens": 4096,
+        "warmup_steps": 4, "eval_interval_steps": 8, "eval_batches": 2,
+        "log_interval_steps": 4, "checkpoint_interval_steps": 8, "zero_shot_checkpoints": 3,
+    },
+    "finetune": {"batch_size": 4, "max_train_examples": 16, "max_eval_examples": 16,
+                 "seeds": [0]},  # one seed keeps unit tests short; tests that need more set them
+    "report": {"bootstrap_samples": 200},
+    "tracking": {"enabled": False},  # unit tests never touch MLflow
+}
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def make_params_dict(tmp_path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """params.yaml with TINY applied, every output path under tmp_path, then `overrides`."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw = deep_merge(raw, TINY)
+    raw["finetune"]["overrides"] = {}  # the demo's per-task recipes (SST-2: 3 epochs) are not tiny
+    for key, value in raw["paths"].items():
+        if key != "mirror_dir" and value is not None:
+            raw["paths"][key] = str(tmp_path / value)
+    raw["paths"]["mirror_dir"] = str(tmp_path / "mirror")
+    return deep_merge(raw, overrides or {})

@@ -1,0 +1,99 @@
+"""benchmarks/cost_projection.py: hours on N GPUs for every pre-training and fine-tuning run,
+at the MFU the newest GPU-check results file measured, else an assumed one said to be so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import cost_projection  # benchmarks/ is on the path: pyproject.toml, [tool.pytest.ini_options]
+import pytest
+
+from gpt1.config import load_params
+from tests.helpers.repo import REPO
+
+
+def test_fanout_is_the_total_over_the_gpus_or_the_longest_run():
+    runs = {"a": 3600.0, "b": 3600.0, "c": 7200.0}
+    assert cost_projection.fanout_hours(runs, 2, 1.0) == pytest.approx(7200 / 3600)
+    assert cost_projection.fanout_hours(runs, 4, 1.0) == pytest.approx(2.0)  # longest run
+    assert cost_projection.fanout_hours(runs, 1, 2.0) == pytest.approx(14400 / 2 / 3600)
+
+
+def test_every_finetuning_run_of_the_paper_preset_is_counted_lr_pilots_included():
+    params = load_params(REPO / "configs" / "paper.yaml")
+    rows = {t: 1000 for t in {*params.finetune.tasks, *params.ablations.tasks,
+                              *params.layers.tasks}}
+    runs = cost_projection.finetune_runs(params, rows)
+    abl, pilot = params.ablations, params.ablations.pilot
+    cells = (len(params.finetune.tasks) + len(abl.variants) * len(abl.tasks)
+             + len(params.layers.tasks) * len(params.layers.layers_transferred))
+    pilots = len(pilot.variants) * len(abl.tasks) * len(pilot.lr_grid)
+    assert pilots == 48  # scratch and lstm x 8 tasks x 3 learning rates
+    assert len(runs) == cells * len(params.finetune.seeds) * len(params.pretrain.seeds) + pilots
+    assert runs["finetune@rte-1234/seed0"] == (1000 * params.finetune.epochs * 512, "gpt")
+    assert runs["finetune@race-1234/seed0"][0] == 4 * 1000 * params.finetune.epochs * 512
+    assert runs["finetune@stsb-1234/seed1"][0] == 2 * 1000 * params.finetune.epochs * 512
+    assert runs["ablation@lstm-rte-1234/seed2"][1] == "lstm"
+    # a pilot trains one seed on the pool less its carved dev split
+    assert runs["lr_pilot@scratch-rte/lr0.001"] == (
+        (1000 - pilot.dev_examples) * params.finetune.epochs * 512, "gpt")
+    assert not any(name.startswith("lr_pilot@no_aux") for name in runs)  # not piloted
+
+
+def write_gpu_results(folder: Path, name: str, device: str, lines: list[str]) -> None:
+    body = "\n".join(lines)
+    (folder / name).write_text(f"# gpu\n\n- hardware: {device}; AMD EPYC, 16 cores usable\n"
+                               f"- date: x (UTC)\n- command: `python gpu_check.py`\n\n"
+                               f"```\n{body}\n```\n")
+
+
+def test_mfu_comes_from_the_newest_gpu_results_file_of_that_device(tmp_path):
+    assert cost_projection.measured_mfu(tmp_path, "H100") is None  # none: unmeasured
+    h100 = "NVIDIA H100 80GB HBM3"
+    write_gpu_results(tmp_path, "gpu_nvidia-h100_2026-12-01.md", h100,
+                      ["paper shape, compiled: 1 tokens/s, MFU 30.0% of peak, 35% of ceiling"])
+    write_gpu_results(tmp_path, "gpu_nvidia-h100_2026-12-02.md", h100, [
+        "paper shape, compiled, padded: 1 tokens/s, MFU 48.5% of peak, 55% of the ceiling",
+        "paper shape, eager: 1 tokens/s, MFU 31.0% of peak, 35% of the ceiling"])
+    write_gpu_results(tmp_path, "gpu_nvidia-a100_2026-12-09.md", "NVIDIA A100-SXM4-80GB",
+                      ["paper shape: 1 tokens/s, MFU 60.0% of peak"])
+    mfu, path, line = cost_projection.measured_mfu(tmp_path, "H100")
+    assert (mfu, path.name) == (0.485, "gpu_nvidia-h100_2026-12-02.md")  # newest, best line
+    assert line.startswith("paper shape, compiled, padded")
+    write_gpu_results(tmp_path, "gpu_nvidia-h100_2026-12-02-2.md", h100, [
+        "paper shape, compiled: 1 tokens/s, MFU 50.0% of peak",
+        "pre-training loop, 20 steps: 1 tokens/s, MFU 44.0% of peak"])
+    mfu, path, _ = cost_projection.measured_mfu(tmp_path, "H100")
+    assert (mfu, path.name) == (0.44, "gpu_nvidia-h100_2026-12-02-2.md")  # the real loop's
+    assert cost_projection.measured_mfu(tmp_path, "A100")[0] == 0.6
+
+
+def test_the_command_prints_hours_for_n_gpus(tmp_path, monkeypatch, capsys):
+    params = load_params(REPO / "configs" / "paper.yaml")
+    for task in {*params.finetune.tasks, *params.ablations.tasks, *params.layers.tasks}:
+        (tmp_path / f"prepare_task_{task}.json").write_text(json.dumps({"rows": {"train": 300}}))
+    results = tmp_path / "results"
+    results.mkdir()
+
+    args = ["--gpus", "8", "--corpus-tokens", "1000000000", "--metrics-dir", str(tmp_path),
+            "--results-dir", str(results)]
+    done = subprocess.run([sys.executable, "benchmarks/cost_projection.py", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("MFU 40.0%, assumed: unmeasured, no GPU-check results file")
+    assert lines[3].startswith("pre-training on 8 x H100 (DDP, linear scaling assumed): "
+                               "1 seed(s) x (Transformer 6.6 h + LSTM ")
+    assert lines[4].startswith("fine-tuning fan-out: 234 runs (36 finetune, 72 ablation, "
+                               "78 transfer_layers, 48 lr_pilot), ")
+    assert lines[5].startswith("in all: ") and lines[5].endswith(" GPU-hours")
+    write_gpu_results(results, "gpu_nvidia-h100_2026-12-02.md", "NVIDIA H100 80GB HBM3",
+                      ["paper shape, compiled: 1 tokens/s, MFU 50.0% of peak"])
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(sys, "argv", ["cost_projection.py", *args])
+    cost_projection.main()  # in this process: one subprocess start is enough
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("MFU 50.0%, measured: gpu_nvidia-h100_2026-12-02.md: ")
+    assert "MFU 50% = 656,921 tokens/s" in lines[2]

@@ -1,0 +1,113 @@
+"""benchmarks/gpu_check.py where no GPU is: one line and exit 2, no schema imports (it must run
+on a bare-torch GPU host), its paper shape and batch split equal to configs/paper.yaml, its CPU
+halves (the reference losses, the 2-rank gloo DDP update, the workloads at a small shape, the
+real pre-training loop) working, and a results file that names a failed or timed-out part."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import gpu_check  # benchmarks/ is on the path: pyproject.toml, [tool.pytest.ini_options]
+import gpu_workloads
+import pytest
+import torch
+
+from gpt1.config import load_params
+from gpt1.errors import Gpt1Error
+from tests.helpers.repo import REPO
+
+
+def test_without_cuda_it_exits_2_with_one_line():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, on a GPU host too
+    for argv in (["benchmarks/gpu_check.py"], ["-m", "benchmarks.gpu_check"]):
+        done = subprocess.run([sys.executable, *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gpu_check: no CUDA device: torch "), lines
+        assert "run it on a GPU host" in lines[0]
+
+
+def test_it_imports_no_schema_or_pydantic():
+    code = ("import sys; import benchmarks.gpu_check; "
+            "print(sorted(m for m in ('pydantic', 'yaml', 'gpt1.config', 'gpt1.checkpoint', "
+            "'safetensors') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_its_paper_shape_is_the_paper_preset():
+    paper = load_params(REPO / "configs" / "paper.yaml")
+    model = paper.model.model_dump()
+    assert {k: model[k] for k in gpu_check.PAPER} == gpu_check.PAPER
+    assert set(model) - set(gpu_check.PAPER) == {"backend"}
+    pre, ft = paper.pretrain.model_dump(), paper.finetune.model_dump()
+    assert {k: pre[k] for k in gpu_workloads.PAPER_PRETRAIN} == gpu_workloads.PAPER_PRETRAIN
+    assert {k: ft[k] for k in gpu_workloads.PAPER_FINETUNE} == gpu_workloads.PAPER_FINETUNE
+
+
+def test_its_cpu_halves_run_and_agree():
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    first, again = gpu_check.losses(cpu, steps=2), gpu_check.losses(cpu, steps=2)
+    assert first == again and first[1] < first[0]
+    # the ZeRO-1 arm: the plain arm's code with the sharded optimizer (one spawn, not two)
+    backend, gap = gpu_check.ddp_vs_one_process(cpu, zero1=True)
+    assert backend == "gloo" and gap <= gpu_check.AGREE, gap
+
+
+def test_its_workloads_run_on_the_cpu_at_a_small_shape():
+    """The preset split (probe, then micro x accumulation), the fine-tuning update and the real
+    pre-training loop, through the code the GPU runs (tiny sizes, CPU)."""
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    small = {**gpu_check.SMALL, "n_positions": 16, "n_embd": 32, "n_head": 2, "n_inner": 64}
+    assert gpu_workloads.probe_micro(small, 50, 15, 4, "fp32", cpu, 1e12) == 4
+    with pytest.raises(Gpt1Error, match="micro_batch_seqs: auto: one sequence needs"):
+        gpu_workloads.probe_micro(small, 50, 15, 4, "fp32", cpu, 1e3)
+    rate, _ = gpu_workloads.update_rate(small, 50, 15, 2, 2, "fp32", cpu, False, steps=1)
+    assert rate > 0
+    seconds, _ = gpu_workloads.finetune_step(small, 50, "race", 2, 4, 16, "fp32", cpu, False, 1)
+    assert seconds > 0
+    m = gpu_workloads.pretrain_loop(cpu, steps=4, overrides={
+        "model": {"n_positions": 16, "n_embd": 32, "n_layer": 1, "n_head": 2, "n_inner": 64},
+        "pretrain": {"batch_seqs": 4, "seq_len": 16, "compile": False, "precision": "fp32"}})
+    assert m["steps"] == 4 and m["host_syncs"] == 0 and m["checkpoint_writing_s"] > 0
+    assert m["micro_batch_seqs"] * m["accumulation"] == 4
+
+
+def test_a_failed_part_is_named_and_a_hung_one_still_writes_the_file(tmp_path):
+    code = f"""
+import time
+from pathlib import Path
+from benchmarks import gpu_check
+import results_file  # the module gpu_check writes through (it put benchmarks/ on its path)
+from tests.helpers.repo import REPO
+results_file.RESULTS_DIR = Path({str(tmp_path)!r})
+check = gpu_check.Check("gpu_check (test)", hard_cap_s=3)
+check.watchdog.start()
+check.part("fails", lambda: 1 / 0)
+check.part("measures", lambda: check.report("measured 1"))
+check.part("hangs", lambda: time.sleep(60))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 1, done.stderr
+    (written,) = tmp_path.glob("gpu_*.md")
+    text = written.read_text()
+    assert "fails: ZeroDivisionError: division by zero  <-- FAILED" in text
+    assert "measured 1" in text
+    assert "hard time cap: stopped at 3 s during part 'hangs'  <-- FAILED" in text
+
+
+@pytest.mark.gpu
+def test_it_runs_on_a_gpu(tmp_path):
+    """Skipped without CUDA (then it is not a pass): the check's agreement parts on the GPU."""
+    cuda = torch.device("cuda", 0)
+    assert gpu_check.relative_gap(gpu_check.losses(torch.device("cpu")),
+                                  gpu_check.losses(cuda)) <= gpu_check.AGREE
+    assert gpu_check.host_syncs_per_step(cuda) == 0

@@ -1,0 +1,53 @@
+"""What DVC tracks of the mirror (scan_mirror): null = the hub, a missing mirror = one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.helpers.corpus import write_corpus
+
+from gpt1.data.sources import scan_mirror
+from gpt1.errors import Gpt1Error
+
+TASKS = {"rte": "RTE", "sst2": "SST-2"}
+
+
+def read(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_fingerprints_change_only_with_their_input(tmp_path: Path) -> None:
+    mirror, out = tmp_path / "mirror", tmp_path / "scan"
+    write_corpus(mirror, n_books=3, n_paragraphs=5)
+    (mirror / "tasks" / "RTE").mkdir(parents=True)
+    (mirror / "tasks" / "RTE" / "train.tsv").write_text("a\tb\n")
+    counts = scan_mirror(str(mirror), "mirror", TASKS, out)
+    assert counts == {"corpus": 3, "dprd": 0, "rte": 1, "sst2": 0}
+    first = read(out)
+    assert set(first) == {"corpus.json", "dprd.json", "rte.json", "sst2.json"}
+    assert json.loads(first["rte.json"])["files"].keys() == {"train.tsv"}
+
+    scan_mirror(str(mirror), "mirror", TASKS, out)
+    assert read(out) == first, "an unchanged mirror must leave DVC nothing to re-run"
+    (mirror / "tasks" / "RTE" / "train.tsv").write_text("a\tc\n")
+    scan_mirror(str(mirror), "mirror", TASKS, out)
+    changed = {name for name, data in read(out).items() if data != first[name]}
+    assert changed == {"rte.json"}
+
+
+def test_null_mirror_means_the_hub(tmp_path: Path) -> None:
+    out = tmp_path / "scan"
+    scan_mirror(None, "hub", TASKS, out)
+    assert {json.loads(d)["mirror_dir"] for d in read(out).values()} == {None}
+    with pytest.raises(Gpt1Error, match="data.source is mirror but paths.mirror_dir is null"):
+        scan_mirror(None, "mirror", TASKS, tmp_path / "scan2")
+
+
+def test_missing_mirror_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    with pytest.raises(Gpt1Error) as err:
+        scan_mirror(str(tmp_path / "nowhere"), "mirror", TASKS, tmp_path / "scan")
+    assert "nowhere: paths.mirror_dir is not a directory" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "scan").exists(), "nothing half-written"

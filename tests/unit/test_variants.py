@@ -1,0 +1,112 @@
+"""Table 5 / Figure 2 stages are presets of the finetune stage: the overrides they apply, their
+CLI arguments and their DVC entries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpt1 import stages, variants
+from gpt1.__main__ import STAGE_ARGS, STAGES, build_parser
+from gpt1.errors import Gpt1Error
+from tests.helpers.repo import REPO
+
+
+def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
+    base = tiny_params.finetune
+    scratch = stages.ablation_params(tiny_params, "scratch")
+    no_aux = stages.ablation_params(tiny_params, "no_aux")
+    lstm = stages.ablation_params(tiny_params, "lstm")
+    assert scratch.finetune.init == "scratch" and scratch.finetune.lm_coef == base.lm_coef
+    assert no_aux.finetune.init == "pretrained" and no_aux.finetune.lm_coef == 0.0
+    assert lstm.finetune == base.model_copy(update={"init": "pretrained"})
+    for p in (scratch, no_aux, lstm):  # everything else is the full run's params
+        assert p.model_dump(exclude={"finetune"}) == tiny_params.model_dump(exclude={"finetune"})
+    assert tiny_params.ablations.presets["lstm"].body == "lstm"
+    with pytest.raises(Gpt1Error, match="unknown ablation variant"):
+        stages.ablation_params(tiny_params, "bogus")
+
+
+def test_cli_takes_variant_and_layers() -> None:
+    args = build_parser().parse_args(["ablation", "--task", "rte", "--variant", "scratch"])
+    assert (args.task, args.variant) == ("rte", "scratch")
+    args = build_parser().parse_args(["transfer_layers", "--task", "mnli", "--layers", "3"])
+    assert args.layers == 3
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["ablation", "--task", "rte"])
+    assert set(STAGE_ARGS) <= set(STAGES)
+    args = build_parser().parse_args(["finetune", "--task", "rte", "--pretrain-seed", "7"])
+    assert args.pretrain_seed == 7
+    assert build_parser().parse_args(["zeroshot"]).pretrain_seed is None  # the first seed
+    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--variant", "lstm"])
+    assert (args.task, args.variant) == ("rte", "lstm")
+
+
+def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
+    assert stages.resolve_pretrain_seed(tiny_params, None) == tiny_params.pretrain.seeds[0]
+    for stage in (lambda: stages.finetune(tiny_params, "rte", 7),
+                  lambda: stages.zeroshot(tiny_params, 7)):
+        with pytest.raises(Gpt1Error, match=r"pre-training seed 7 not in pretrain.seeds \[1234\]"):
+            stage()
+    with pytest.raises(Gpt1Error, match="not in ablations.variants"):
+        stages.lr_pilot(tiny_params, "sst2", "bogus")
+
+
+def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(tiny_params) -> None:
+    assert "no_aux" not in tiny_params.ablations.pilot.variants
+    out = stages.lr_pilot(tiny_params, "sst2", "no_aux")
+    assert "chosen_lr" not in out and out["not_piloted"].startswith("not in ablations.pilot")
+    base = Path(tiny_params.paths.finetuned) / "lr_pilot" / "no_aux_sst2"
+    assert [p.name for p in base.iterdir()] == ["not_piloted.json"]  # the stage's DVC output
+
+
+def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for name in ("lr_pilot", "ablation", "floor", "transfer_layers", "zeroshot", "zeroshot_lstm",
+                 "report"):
+        assert name in STAGES and name in dvc
+    assert dvc["floor"]["foreach"] == "${ablations.tasks}"  # no pre-training seed
+    assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
+    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
+    assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
+    assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
+    for name in ("finetune", "ablation", "transfer_layers"):  # per pre-training seed
+        assert dvc[name]["matrix"]["pseed"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item.pseed}" in dvc[name]["cmd"]
+    for name in ("pretrain", "pretrain_lstm", "zeroshot", "zeroshot_lstm"):
+        assert dvc[name]["foreach"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item}" in dvc[name]["do"]["cmd"]
+    assert "--layers ${item.layers}" in dvc["transfer_layers"]["cmd"]
+    assert "${paths.metrics}" in dvc["report"]["deps"]  # report reruns after any stage
+
+
+def test_transfer_layers_refuses_k_beyond_the_model(tiny_params) -> None:
+    with pytest.raises(Gpt1Error, match="outside 0..2"):
+        stages.transfer_layers(tiny_params, "mnli", 3)
+
+
+def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
+    params = make_params({"layers": {"max_train_examples": 7, "max_eval_examples": None},
+                          "finetune": {"overrides": {"mnli": {"max_train_examples": 99,
+                                                              "lr": 1e-3}}}})
+    study = variants.layers_caps(params, "mnli")
+    assert study.finetune.max_train_examples == 7
+    assert study.finetune.max_eval_examples == params.finetune.max_eval_examples
+    assert study.finetune.overrides["mnli"].max_train_examples is None
+    assert study.finetune.overrides["mnli"].lr == 1e-3
+    off = make_params({"layers": {"max_train_examples": None, "max_eval_examples": None}})
+    assert variants.layers_caps(off, "mnli") == off
+
+
+def test_the_lstm_pretrains_at_its_own_lr_where_set(make_params) -> None:
+    same = make_params()
+    assert same.lstm.lr_max is None
+    assert variants.lm_params(same, "lstm", 7).pretrain.lr_max == same.pretrain.lr_max
+    own = make_params({"lstm": {"lr_max": 2e-3}})
+    lstm, gpt = variants.lm_params(own, "lstm", 7), variants.lm_params(own, "gpt", 7)
+    assert (lstm.pretrain.lr_max, gpt.pretrain.lr_max) == (2e-3, own.pretrain.lr_max)
+    assert lstm.seed == gpt.seed == 7
+    assert lstm.model_dump(exclude={"pretrain", "seed"}) == own.model_dump(
+        exclude={"pretrain", "seed"})

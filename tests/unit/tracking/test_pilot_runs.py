@@ -1,0 +1,60 @@
+"""The lr pilot in MLflow: one distinctly named child run per candidate lr (its own lr, curves
+and dev score), and the stage's run holding the choice (the chosen lr and its dev score), not
+the first candidate's metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpt1 import bpe, stages, tracking
+from gpt1.config import parse_params
+from gpt1.data.clean import standardize_texts
+from gpt1.tasks import load
+from gpt1.tasks.registry import TASKS
+from tests.helpers.params import make_params_dict
+from tests.helpers.task_mirror import write_mirror
+
+
+def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    write_mirror(tmp_path / "mirror", rows=40)
+    params = parse_params(make_params_dict(tmp_path, {
+        "finetune": {"epochs": 1, "seeds": [0], "max_train_examples": 16},
+        "ablations": {"tasks": ["sst2"], "variants": ["scratch"],
+                      "pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
+                                "dev_examples": 8, "seed": 0}},
+        "tracking": {"enabled": True, "uri": uri, "experiment": "pilot"},
+        "bpe": {"n_merges": 20}}), "tiny")
+    tables = load.load_task(TASKS["sst2"], params.tasks, params.paths.mirror_dir)
+    load.write_tables(tables, Path(params.paths.tasks) / "sst2")  # prepare_task, without its gate
+    train = tables["train"]
+    bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
+                  params.paths.tokenizer)
+    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV):
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv("DVC_STAGE", "lr_pilot@scratch-sst2")  # as `dvc repro` runs it
+    monkeypatch.setattr(tracking.runs.lineage, "repro_invocation", lambda: None)
+    with tracking.stage_scope("lr_pilot@scratch-sst2", params):
+        chosen = stages.lr_pilot(params, "sst2", "scratch")
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("pilot").experiment_id
+    runs = client.search_runs([experiment])
+    (stage,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {r.info.run_name: r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == stage.info.run_id}
+    assert stage.info.run_name == "lr_pilot@scratch-sst2" and len(runs) == 3
+    assert set(children) == {"lr=0.0001", "lr=0.001"}
+    for name, run in children.items():
+        assert run.data.params["finetune.lr"] == name.split("=")[1]
+        assert run.data.tags["gpt1.lr_candidate"] == name.split("=")[1]
+        assert any(k.startswith("scores.acc") for k in run.data.metrics), run.data.metrics
+    assert stage.data.metrics["chosen_lr"] == pytest.approx(chosen["chosen_lr"])
+    assert stage.data.metrics["chosen_dev_acc"] == pytest.approx(
+        chosen["dev_scores"][f"{chosen['chosen_lr']:g}"])
+    assert not any(k.startswith("scores.") for k in stage.data.metrics), stage.data.metrics

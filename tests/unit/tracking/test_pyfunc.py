@@ -1,0 +1,129 @@
+"""The registered MLflow models answer as `gpt1 predict` does: per-task signature (text_b and
+choices where the task reads them), a per-task input example, no traceback while logging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from gpt1 import bpe, logged_models, predict, tracking
+from gpt1.heads import TaskModel
+from gpt1.model import GPT
+from gpt1.tasks.registry import TASKS
+from tests.helpers.runs import random_texts
+
+PREMISE = "a man sleeps on the sofa."
+HYPOTHESES = ["a person rests.", "a cat flies to the moon on a tuesday."]
+STORY = "she opened the door and looked outside."
+ENDINGS = [["it was raining.", "the sea sang loudly."], ["the sea sang loudly.", "it was raining."]]
+
+
+@pytest.fixture
+def registered(make_params, tmp_path: Path, monkeypatch):
+    """Tiny rte and story_cloze models logged by the finetune stage's path into a sqlite store;
+    (params, {task: model dir}, captured stderr of the logging)."""
+    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, tracking.STAGE_ENV, "DVC_STAGE"):
+        monkeypatch.delenv(env, raising=False)
+    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params = make_params({"bpe": {"n_merges": 40},
+                          "tracking": {"enabled": True, "uri": db, "experiment": "pyfunc"}})
+    tok = bpe.train_bpe(random_texts(4, 0), params.bpe, params.paths.tokenizer)
+    body = GPT(params.model, tok.vocab_size).eval()
+    tables = {
+        "rte": pd.DataFrame({"text_a": [PREMISE] * 2, "text_b": HYPOTHESES,
+                             "choices": [[], []]}),
+        "story_cloze": pd.DataFrame({"text_a": [STORY] * 2, "text_b": ["", ""],
+                                     "choices": ENDINGS}),
+    }
+    dirs = {}
+    for task, table in tables.items():
+        model = TaskModel(body, TASKS[task], 0.1, 0.02)
+        with torch.no_grad():  # a head large enough that different inputs score differently
+            torch.nn.init.normal_(model.head.linear.weight, std=1.0)
+        dirs[task] = Path(params.paths.finetuned) / task / predict.MODEL_DIR
+        predict.save_task_model(dirs[task], model, params, task, "gpt", tok)
+        with tracking.start_run(f"finetune_{task}", params):
+            logged_models.log_model(params, dirs[task], "gpt", TASKS[task], table)
+    return params, dirs
+
+
+def _load(params, uri: str):
+    import mlflow
+    import mlflow.pyfunc
+
+    mlflow.set_tracking_uri(params.tracking.uri)
+    return mlflow.pyfunc.load_model(uri)
+
+
+def _cli_rows(params, model_dir: Path, rows: list[dict]) -> list[dict]:
+    model, tok, spec, saved = predict.load_task_model(model_dir, params.paths.tokenizer)
+    return predict.classify(model, tok, spec, saved, rows)
+
+
+def test_pair_task_model_reads_text_b_and_answers_as_predict(registered, capfd) -> None:
+    params, dirs = registered
+    assert "Traceback" not in capfd.readouterr().err  # logging checked the example cleanly
+    model = _load(params, "models:/gpt1-rte/1")
+    inputs = {c.name: c.required for c in model.metadata.get_input_schema().inputs}
+    assert inputs == {"text": True, "text_b": True}
+    out = model.predict(pd.DataFrame({"text": [PREMISE] * 2, "text_b": HYPOTHESES}))
+    probs = [json.loads(p) for p in out["probabilities"]]
+    assert probs[0] != probs[1]  # the second text is read
+    expected = _cli_rows(params, dirs["rte"], [{"text_a": PREMISE, "text_b": h}
+                                               for h in HYPOTHESES])
+    assert probs == [e["probabilities"] for e in expected]
+    assert list(out["label"]) == [e["label"] for e in expected]
+    assert "Unsupported type hint" not in capfd.readouterr().err
+    example = json.loads(_example("models:/gpt1-rte/1").read_text())  # the task's own rows
+    assert example["columns"] == ["text", "text_b"] and example["data"][0][0] == PREMISE
+
+
+def _example(uri: str) -> Path:
+    """The logged input example of a registered model."""
+    from mlflow.artifacts import download_artifacts
+
+    return Path(download_artifacts(uri)) / "input_example.json"
+
+
+def test_choice_task_model_reads_choices_and_answers_as_predict(registered) -> None:
+    params, dirs = registered
+    from mlflow import MlflowClient
+
+    model = _load(params, "models:/gpt1-story_cloze@current")
+    inputs = {c.name: c.required for c in model.metadata.get_input_schema().inputs}
+    assert inputs == {"text": True, "text_b": False, "choices": True}
+    out = model.predict(pd.DataFrame({"text": [STORY] * 2, "choices": ENDINGS}))
+    probs = [json.loads(p) for p in out["probabilities"]]
+    assert probs[0] != probs[1] and probs[0]["1"] == probs[1]["2"]  # swapped answers swap
+    expected = _cli_rows(params, dirs["story_cloze"], [{"text_a": STORY, "choices": e}
+                                                       for e in ENDINGS])
+    assert probs == [e["probabilities"] for e in expected]
+    client = MlflowClient(params.tracking.uri)
+    assert "`choices`" in client.get_registered_model("gpt1-story_cloze").description
+
+
+def test_predict_cli_reads_a_registered_model(registered, capsys, tmp_path, monkeypatch) -> None:
+    """`gpt1 predict --model models:/gpt1-rte/1` answers as the fine-tuned model does, in the
+    repo (store from params) and outside it (store from MLFLOW_TRACKING_URI, no params file)."""
+    from gpt1.__main__ import main
+
+    params, dirs = registered
+    params_file = tmp_path / "params.json"
+    params_file.write_text(json.dumps(params.as_dict()))
+    inputs = [PREMISE, "--text-b", HYPOTHESES[1]]
+    (expected,) = _cli_rows(params, dirs["rte"], [{"text_a": PREMISE, "text_b": HYPOTHESES[1]}])
+    capsys.readouterr()
+    assert main(["--params", str(params_file), "predict", "--model", "models:/gpt1-rte/1",
+                 *inputs]) == 0
+    assert json.loads(capsys.readouterr().out)["probabilities"] == expected["probabilities"]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", params.tracking.uri)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # no params.yaml, no repository
+    assert main(["predict", "--model", "models:/gpt1-rte@current", *inputs]) == 0
+    assert json.loads(capsys.readouterr().out)["probabilities"] == expected["probabilities"]
+    assert main(["predict", "--model", "models:/gpt1-nope/1", *inputs]) == 2
+    assert "gpt1-nope" in capsys.readouterr().err
