@@ -155,20 +155,22 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
               f"run is degenerate at ≥ {100 * cfg.degenerate_frac:.0f} % one class; an arm is "
               f"flagged when half its runs are or its CI does not clear majority): {counts}"
               + (f"; flagged: {flagged}" if flagged else "; no arm flagged") + ".")
-    if not testable:
-        line = (f"- **({tag}) {claim}: {UNTESTABLE}.** {labels} on "
-                f"{', '.join(t.upper() for t in tasks)}: a piloted arm does not clear the gate, or "
-                f"its gate is undecided, so no estimate is printed.{checks}")
-        return Finding(tag, claim, UNTESTABLE, "n/a", "n/a", "n/a", flagged, line, gate_text)
     comps = [component(t) for t in tasks]
     recs = [res[v][t] for v in (better, worse) for t in tasks]
     weights = [s / len(tasks) for s in (1.0, -1.0) for _ in tasks]
     points = run_points(recs, weights, comps)
+    n_pre, n_ft = design(points)
+    n_task = {t: float(res[better][t].get("n_eval", 0) or 0) for t in tasks}
+    power = "" if margin is not None else power_text(params, better, worse, tasks, n_pre, n_ft,
+                                                     harmonic_n(list(n_task.values())))
+    if not testable:
+        line = (f"- **({tag}) {claim}: {UNTESTABLE}.** {labels} on "
+                f"{', '.join(t.upper() for t in tasks)}: a piloted arm does not clear the gate, or "
+                f"its gate is undecided, so no estimate is printed.{power}{checks}")
+        return Finding(tag, claim, UNTESTABLE, "n/a", "n/a", "n/a", flagged, line, gate_text)
     est, per = hierarchical_mean(points)
     rows = [row_predictions(res[better]), row_predictions(res[worse])]
     b = contrast(rows, [1.0, -1.0], [[c] for c in comps], params)
-    n_pre, n_ft = design(points)
-    n_task = {t: float(res[better][t].get("n_eval", 0) or 0) for t in tasks}
     mde = row_mde(params, n_pre, n_ft, harmonic_n(list(n_task.values())), len(tasks),
                   one_sided=margin is not None)
     alone = {t: row_mde(params, n_pre, n_ft, n, 1, margin is not None) for t, n in n_task.items()}
@@ -197,10 +199,7 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
             f"{_per_task(params, rows, tasks)} Test: {test}; hierarchical bootstrap "
             f"({cfg.bootstrap_samples:,} draws: eval examples shared by every arm and run, the "
             "fine-tuning-seed error from its t distribution, pre-training seeds kept). MDE "
-            f"({100 * cfg.power:.0f} % power, this design): {mde_text}."
-            + ("" if margin is not None else
-               power_text(params, better, worse, tasks, n_pre, n_ft,
-                          harmonic_n(list(n_task.values())))) + checks)
+            f"({100 * cfg.power:.0f} % power, this design): {mde_text}.{power}{checks}")
     if verdict == FLAGGED:
         line += f" The test alone says {test_word}; against a flagged arm it is inconclusive."
     return Finding(tag, claim, verdict, f"{pts(est)} pts", ci, mde_text, flagged, line, gate_text)

@@ -326,6 +326,7 @@ def test_the_gate_decides_from_the_pilot_records_alone(make_params, tmp_path: Pa
     f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
     assert f.verdict == ("held" if testable else "untestable at this budget"), f.line
     assert ("points over" in f.line) == testable and (f.statistic == "n/a") != testable
+    assert "to find the paper's own gap (SST2 +7.3 points): " in f.line  # a design property
     assert "Transformer w/o pre-training on SST2:" in f.gate
     assert ("needs majority 60.6 + 3.0 = 63.6" in f.gate) == (majority is not None)
     lines = pilots.pilot_section(params, metrics)
