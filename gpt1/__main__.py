@@ -1,11 +1,11 @@
 """`gpt1 <stage> [--task NAME] [--params FILE]`: the CLI every DVC stage calls.
 
-The parser is built from the stage table (gpt1/stage_table.py) and the TOOLS below; the work
-is in gpt1.stages (launching ranks: gpt1.launcher). `guarded` is the one error
-boundary: a Gpt1Error or ParamsError becomes one line on stderr and exit code 2, a stopped
-training run one line and 128 + signal, anything unexpected one "internal error" line naming
-the log file that holds its traceback (exit 1). Outputs are written atomically, so nothing is
-half-written either way.
+The parser is built from the stage table (gpt1/stage_table.py) and the TOOLS below; a stage
+runs through gpt1.stage_run (its lock, device, ranks, run name, record clock), a tool through
+`run_tool`. `guarded` is the one error boundary: a Gpt1Error or ParamsError becomes one line
+on stderr and exit code 2, a stopped training run one line and 128 + signal, anything
+unexpected one "internal error" line naming the log file that holds its traceback (exit 1).
+Outputs are written atomically, so nothing is half-written either way.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import gpt1
-from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
-from gpt1.config import Params, ParamsError, load_params
+from gpt1 import (
+    install_check,  # noqa: F401  (first: one line, not a traceback, outside the venv)
+    stage_run,
+)
+from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
-from gpt1.stage_table import ARGUMENTS, PRETRAIN_SEED, STAGES, address, function_doc
-from gpt1.stage_table import stage_arguments as resolve_arguments
+from gpt1.stage_table import ARGUMENTS, PRETRAIN_SEED, STAGES, function_doc
 from gpt1.tasks.registry import TASKS
 
 DESCRIPTION = """GPT-1 (Radford et al. 2018) as a pipeline: each subcommand runs one DVC stage or a
@@ -208,55 +210,6 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
         return tool.run(args, params)
 
 
-def run_stage(name: str, params_path: str, started: float | None = None,
-              values: dict[str, Any] | None = None) -> Any:
-    """Run one stage on its parsed CLI arguments `values`; its wall time counts from `started`
-    (a perf_counter value; default now). The stage's lock (gpt1.stage_lock) is held
-    throughout: a second run of it in this workspace stops in one line; a rank launched by the
-    stage runs under its launcher's."""
-    params = load_params(params_path)  # fail on bad params before importing anything heavy
-    kwargs = resolve_arguments(name, values or {}, params.pretrain.seeds)
-    run_name = address(name, kwargs)
-    if "RANK" in os.environ:
-        return _run_stage(name, run_name, params, params_path, started, kwargs)
-    from gpt1 import stage_lock
-
-    run = " ".join(["gpt1", command_name(name),
-                    *(f"--{k.replace('_', '-')} {v}" for k, v in kwargs.items())])
-    with stage_lock.held(run, params):
-        # the first line, before torch and mlflow load; on stdout: stderr stays the one line
-        # of a failure (a rank launched by the stage prints none: its launcher did)
-        print(f"gpt1 {run_name}: started ({params_path})", flush=True)
-        return _run_stage(name, run_name, params, params_path, started, kwargs)
-
-
-def _run_stage(name: str, run_name: str, params: Params, params_path: str,
-               started: float | None, kwargs: dict[str, Any]) -> Any:
-    from gpt1 import tracking
-
-    stage = STAGES[name]
-    tracking.check_store(params)  # an unusable tracking store stops the stage before its work
-    if stage.device:
-        from gpt1 import runtime
-
-        runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
-    if stage.launched:
-        from gpt1 import launcher
-
-        if launcher.launch_if_needed(name, params, params_path, kwargs):
-            return None  # the ranks ran the stage
-    os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
-    from gpt1 import records
-
-    records.start_clock(started)
-    records.declare_stage(name, params)  # its records carry the hash of its declared params
-    fn: Callable[..., Any] = getattr(importlib.import_module(stage.module), stage.attribute)
-    if not stage.tracked or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs
-        return fn(params, **kwargs)
-    with tracking.stage_scope(run_name, params):  # open before the work
-        return fn(params, **kwargs)
-
-
 def main(argv: list[str] | None = None) -> int:
     passive_openmp()  # first: build_parser imports the tools, which import torch
     quiet_telemetry()
@@ -271,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         tool = importlib.import_module(TOOLS[args.command])
         return guarded(command_name(args.command), lambda: run_tool(tool, args))
     return guarded(args.command,
-                   lambda: run_stage(args.command, args.params, gpt1.STARTED, vars(args)))
+                   lambda: stage_run.run_stage(args.command, args.params, gpt1.STARTED,
+                                               vars(args)))
 
 
 # OS errors that are the environment's, not a bug: said in one line naming the file.

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import gpt1.__main__ as cli
+from gpt1 import stage_run
 from gpt1.stage_table import PRETRAIN_SEED, STAGES, address, stage_arguments, stage_of
 from pipelines.dag import read_plan
 from pipelines.devices import DevicePool
@@ -100,7 +101,7 @@ def test_the_cli_names_a_run_outside_dvc_as_dvc_would(argv: list[str], name: str
     seen: dict[str, Any] = {}
     monkeypatch.delenv("DVC_STAGE", raising=False)
     monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.setattr(cli, "_run_stage", lambda stage, run_name, *a: seen.update(
+    monkeypatch.setattr(stage_run, "_run_stage", lambda stage, run_name, *a: seen.update(
         stage=stage, run=run_name, kwargs=a[-1]))
     assert cli.main(["--params", str(params_file), *argv]) == 0
     assert seen["run"] == name and seen["stage"] == name.split("@")[0]
