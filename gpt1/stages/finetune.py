@@ -148,7 +148,6 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
     }
 
 
-
 def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None
              ) -> dict[str, Any]:
     """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop), at
@@ -174,7 +173,6 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
     return finetune_variant(run, task, f"layers_{layers}", "gpt", pretrain_seed,
                             out=f"layers/{task}_{layers}", stem=f"layers_{task}_{layers}",
                             record_params=params)
-
 
 
 def floor_stage(params: Params, task: str) -> dict[str, Any]:
