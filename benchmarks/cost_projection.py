@@ -44,7 +44,7 @@ from gpt1.finetune import resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import GPT, count_parameters, flops_per_token
 from gpt1.pretraining import cost_projection, total_steps_for
-from gpt1.variants import ablation_params, layers_caps
+from gpt1.stages.variants import ablation_params, layers_caps
 
 VOCAB = 40_478  # the original release's vocabulary (40,000 merges + characters)
 ASSUMED_MFU = 0.4

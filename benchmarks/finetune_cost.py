@@ -26,7 +26,8 @@ from gpt1 import bpe
 from gpt1.config import load_params
 from gpt1.finetune import resolve_hparams
 from gpt1.model import flops_per_token
-from gpt1.stages import ablation_params, task_truncation
+from gpt1.stages.finetune import task_truncation
+from gpt1.stages.variants import ablation_params
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
 

@@ -1,7 +1,8 @@
 """Validation perplexity curve of a pre-training run -> PNG (reports/pretrain_demo.md).
 
-Reads the history the pretrain stage writes (`<paths.metrics>/pretrain_val.json`: step, tokens,
-train_loss, val_loss, val_ppl per evaluation) and plots val perplexity against tokens seen.
+Reads the history the pretrain stage writes (`<paths.metrics>/pretrain_p<seed>.curve.json`,
+earlier `..._val.json`: step, tokens, train_loss, val_loss, val_ppl per evaluation) and plots
+val perplexity against tokens seen.
 
     .venv/bin/python benchmarks/plot_pretrain_curve.py reports/metrics/pretrain_val.json \
         reports/pretrain_demo.png

@@ -1,10 +1,11 @@
 """`gpt1 <stage> [--task NAME] [--params FILE]`: the CLI every DVC stage calls.
 
-argparse and the STAGES table only; the work is in gpt1.stages. `guarded` is the one error
-boundary: a Gpt1Error or ParamsError becomes one line on stderr and exit code 2, a stopped
-training run one line and 128 + signal, anything unexpected one "internal error" line naming
-the log file that holds its traceback (exit 1). Outputs are written atomically, so nothing is
-half-written either way.
+The parser is built from the stage table (gpt1/stage_table.py) and the TOOLS below; a stage
+runs through gpt1.stage_run (its lock, device, ranks, run name, record clock), a tool through
+`run_tool`. `guarded` is the one error boundary: a Gpt1Error or ParamsError becomes one line
+on stderr and exit code 2, a stopped training run one line and 128 + signal, anything
+unexpected one "internal error" line naming the log file that holds its traceback (exit 1).
+Outputs are written atomically, so nothing is half-written either way.
 """
 
 from __future__ import annotations
@@ -25,59 +26,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import gpt1
-from gpt1 import install_check  # noqa: F401  (first: one line, not a traceback, outside the venv)
-from gpt1.config import Params, ParamsError, load_params
+from gpt1 import (
+    install_check,  # noqa: F401  (first: one line, not a traceback, outside the venv)
+    stage_run,
+)
+from gpt1.config import ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import StoppedError
+from gpt1.stage_table import ARGUMENTS, PRETRAIN_SEED, STAGES, function_doc
 from gpt1.tasks.registry import TASKS
 
-# Stage name (as in dvc.yaml) -> stages.<function>. Stages taking --task are listed in TASK_STAGES.
-STAGES: dict[str, str] = {
-    "scan_mirror": "scan_mirror",
-    "download_corpus": "download_corpus",
-    "clean_corpus": "clean_corpus",
-    "check_corpus": "check_corpus",
-    "data_docs": "data_docs",
-    "train_bpe": "train_bpe",
-    "shard_corpus": "shard_corpus",
-    "pretrain": "pretrain",
-    "pretrain_lstm": "pretrain_lstm",
-    "prepare_task": "prepare_task",
-    "finetune": "finetune",
-    "lr_pilot": "lr_pilot",
-    "ablation": "ablation",
-    "floor": "floor_stage",
-    "transfer_layers": "transfer_layers",
-    "zeroshot": "zeroshot",
-    "zeroshot_lstm": "zeroshot_lstm",
-    "report": "report",
-}
-TASK_STAGES: set[str] = {"prepare_task", "finetune", "lr_pilot", "ablation", "floor",
-                         "transfer_layers"}
-LAUNCHED_STAGES = {"pretrain", "pretrain_lstm"}
-"""Stages that run as pretrain.nproc processes (DDP), launched by the stage's own command."""
-# Stages that run a model on params `device` (the data stages and the report run on the CPU).
-DEVICE_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "lr_pilot", "ablation",
-                           "transfer_layers", "zeroshot", "zeroshot_lstm"}
-# Stages run once per pre-training seed: --pretrain-seed (a value of pretrain.seeds; default
-# the first).
-SEEDED_STAGES: set[str] = {"pretrain", "pretrain_lstm", "finetune", "ablation", "transfer_layers",
-                           "zeroshot", "zeroshot_lstm"}
-# Stages taking more arguments than --task: stage -> {argument: type} (all required).
-STAGE_ARGS: dict[str, dict[str, type]] = {"ablation": {"variant": str},
-                                          "lr_pilot": {"variant": str},
-                                          "transfer_layers": {"layers": int}}
-# The matrix keys of dvc.yaml's matrix stages, in dvc.yaml's order (DVC joins them with "-").
-ADDRESS_KEYS: dict[str, tuple[str, ...]] = {"ablation": ("variant", "task"),
-                                            "transfer_layers": ("task", "layers")}
-UNTRACKED: set[str] = {"scan_mirror", "data_docs"}  # logs nothing (scan_mirror: runs every time)
-ARG_HELP: dict[str, str] = {
-    "task": "one of the paper's 12 tasks or of params tasks.custom (finetune.tasks says which "
-            "ones run)",
-    "variant": "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, lstm)",
-    "layers": "blocks transferred: a value of params layers.layers_transferred",
-    "pretrain_seed": "pre-training run: a value of params pretrain.seeds (default: the first)",
-}
 DESCRIPTION = """GPT-1 (Radford et al. 2018) as a pipeline: each subcommand runs one DVC stage or a
 tool. Stages normally run through `dvc repro` (dvc.yaml) or a Prefect deployment; see README."""
 
@@ -111,17 +69,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def stage_docs() -> dict[str, str]:
-    """Each stage function's docstring, read from gpt1/stages.py (and gpt1/floor.py, whose
-    stage stages.py imports) without importing them (torch)."""
-    docs = {}
-    for name in ("floor.py", "stages.py"):  # a name in both: the stage in stages.py
-        tree = ast.parse((Path(__file__).parent / name).read_text(encoding="utf-8"))
-        docs.update({node.name: ast.get_docstring(node) or "" for node in tree.body
-                     if isinstance(node, ast.FunctionDef)})
-    return docs
 
 
 def _first_paragraph(doc: str) -> str:
@@ -204,20 +151,20 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     _common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=OneLineParser)
-    docs = stage_docs()
-    for name, func in STAGES.items():
-        doc = docs.get(func, "") or f"the `{name}` pipeline stage"
+    for name, stage in STAGES.items():
+        doc = function_doc(stage) or f"the `{name}` pipeline stage"
         p = sub.add_parser(command_name(name), aliases=_aliases(name), help=summary(doc),
                            description=_first_paragraph(doc))
         p.set_defaults(command=name)  # the canonical name, whichever alias was typed
         _common_options(p, top=False)
-        if name in TASK_STAGES:
-            p.add_argument("--task", required=True, help=ARG_HELP["task"],
-                           choices=list(dict.fromkeys([*TASKS, *custom_tasks(argv or [])])))
-        for arg, kind in STAGE_ARGS.get(name, {}).items():
-            p.add_argument(f"--{arg}", type=kind, required=True, help=ARG_HELP[arg])
-        if name in SEEDED_STAGES:
-            p.add_argument("--pretrain-seed", type=int, help=ARG_HELP["pretrain_seed"])
+        for arg in stage.arguments:
+            kind, help_ = ARGUMENTS[arg]
+            choices = (list(dict.fromkeys([*TASKS, *custom_tasks(argv or [])]))
+                       if arg == "task" else None)
+            p.add_argument(f"--{arg}", type=kind, required=True, help=help_, choices=choices)
+        if stage.seeded:
+            kind, help_ = ARGUMENTS[PRETRAIN_SEED]
+            p.add_argument("--pretrain-seed", type=kind, help=help_)
     for name, module in TOOLS.items():
         doc = tool_doc(module) or name
         p = sub.add_parser(command_name(name), aliases=_aliases(name), help=summary(doc),
@@ -263,77 +210,6 @@ def run_tool(tool: Any, args: argparse.Namespace) -> Any:
         return tool.run(args, params)
 
 
-def run_stage(name: str, params_path: str, started: float | None = None, **kwargs: Any) -> Any:
-    """Run one stage; its wall time counts from `started` (a perf_counter value; default now).
-    The stage's lock (gpt1.stage_lock) is held throughout: a second run of it in this
-    workspace stops in one line; a rank launched by the stage runs under its launcher's."""
-    params = load_params(params_path)  # fail on bad params before importing anything heavy
-    if "RANK" in os.environ:
-        return _run_stage(name, params, params_path, started, kwargs)
-    from gpt1 import stage_lock
-
-    seed = params.pretrain.seeds[0] if kwargs.get("pretrain_seed") is None else \
-        kwargs["pretrain_seed"]
-    args = {**kwargs, **({"pretrain_seed": seed} if name in SEEDED_STAGES else {})}
-    run = " ".join(["gpt1", command_name(name),
-                    *(f"--{k.replace('_', '-')} {v}" for k, v in args.items())])
-    with stage_lock.held(run, params):
-        # the first line, before torch and mlflow load; on stdout: stderr stays the one line
-        # of a failure (a rank launched by the stage prints none: its launcher did)
-        print(f"gpt1 {stage_address(name, kwargs)}: started ({params_path})", flush=True)
-        return _run_stage(name, params, params_path, started, kwargs)
-
-
-def _run_stage(name: str, params: Params, params_path: str, started: float | None,
-               kwargs: dict[str, Any]) -> Any:
-    from gpt1 import tracking
-
-    tracking.check_store(params)  # an unusable tracking store stops the stage before its work
-    if name in DEVICE_STAGES:
-        from gpt1 import runtime
-
-        runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
-        nproc = (runtime.ranks_to_launch(params.pretrain.nproc, params.device)
-                 if name in LAUNCHED_STAGES and not runtime.launched()
-                 and params.pretrain.import_hf is None else 1)  # an import trains nothing
-        if nproc > 1:
-            # this process launches the ranks and waits; each rank runs the stage
-            from gpt1.pretraining import accumulation
-
-            accumulation(params.pretrain, nproc)  # the batch splits over the ranks, or stop
-            stage_args = [a for k, v in kwargs.items() if v is not None
-                          for a in (f"--{k.replace('_', '-')}", str(v))]  # --pretrain-seed
-            code, signum = runtime.launch_ranks(nproc, ["--params", params_path, name,
-                                                        *stage_args])
-            if signum is not None:
-                raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "
-                                   "checkpoint", signum)
-            if code:
-                raise Gpt1Error(f"{nproc} ranks (pretrain.nproc) failed, launcher exit {code}; "
-                                "each rank's error is above")
-            return None
-    os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
-    from gpt1 import records, stages
-
-    records.start_clock(started)
-    records.declare_stage(name, params)  # its records carry the hash of its declared params
-
-    fn: Callable[..., Any] = getattr(stages, STAGES[name])
-    if name in UNTRACKED or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs
-        return fn(params, **kwargs)
-    with tracking.stage_scope(stage_address(name, kwargs), params):  # open before the work
-        return fn(params, **kwargs)
-
-
-def stage_address(name: str, kwargs: dict[str, Any]) -> str:
-    """The stage's DVC address (finetune@rte, ablation@scratch-sst2): DVC's $DVC_STAGE under
-    dvc repro, else built as dvc.yaml's foreach / matrix keys name it."""
-    if os.environ.get("DVC_STAGE"):
-        return os.environ["DVC_STAGE"]
-    keys = ADDRESS_KEYS.get(name, ("task",) if name in TASK_STAGES else ())
-    return "@".join([name, *(["-".join(str(kwargs[k]) for k in keys)] if keys else [])])
-
-
 def main(argv: list[str] | None = None) -> int:
     passive_openmp()  # first: build_parser imports the tools, which import torch
     quiet_telemetry()
@@ -344,15 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    kwargs = {"task": args.task} if args.command in TASK_STAGES else {}
-    kwargs.update({arg: getattr(args, arg) for arg in STAGE_ARGS.get(args.command, {})})
-    if args.command in SEEDED_STAGES:
-        kwargs["pretrain_seed"] = args.pretrain_seed
     if args.command in TOOLS:
         tool = importlib.import_module(TOOLS[args.command])
         return guarded(command_name(args.command), lambda: run_tool(tool, args))
     return guarded(args.command,
-                   lambda: run_stage(args.command, args.params, gpt1.STARTED, **kwargs))
+                   lambda: stage_run.run_stage(args.command, args.params, gpt1.STARTED,
+                                               vars(args)))
 
 
 # OS errors that are the environment's, not a bug: said in one line naming the file.

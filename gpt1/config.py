@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from gpt1.errors import Gpt1Error
 from gpt1.tasks.registry import (  # upward import: task names checked against the table
     PAPER_TASKS,
     TASKS,
@@ -295,7 +296,24 @@ class PretrainCfg(Section):
     import_hf: str | None
     """null: pre-train on the token shards. A transformers OpenAIGPTLMHeadModel directory (the
     released GPT-1 weights; or a hub name, fetched when online): train_bpe converts its
-    tokenizer and pretrain its weights instead (gpt1/hf_stages.py, docs/import-hf.md)."""
+    tokenizer and pretrain its weights instead (gpt1/stages/import_hf.py, docs/import-hf.md)."""
+
+    def accumulation(self, world: int, micro: int | None = None) -> int:
+        """Micro-batches per rank and update: batch_seqs = micro x this x `world` ranks (micro:
+        the resolved size, default micro_batch_seqs), else a Gpt1Error naming the keys (checked
+        before ranks are launched, and by each rank). For `auto` before its probe: the batch
+        must split over the ranks (returns 1)."""
+        size = self.micro_batch_seqs if micro is None else micro
+        if size == "auto":
+            if self.batch_seqs % world:
+                raise Gpt1Error(f"pretrain.batch_seqs={self.batch_seqs} does not split over "
+                                f"{world} ranks (micro_batch_seqs: auto)")
+            return 1
+        accum, rem = divmod(self.batch_seqs, size * world)
+        if rem or accum < 1:
+            raise Gpt1Error(f"pretrain.batch_seqs={self.batch_seqs} is not micro_batch_seqs="
+                            f"{size} x accumulation x {world} ranks")
+        return accum
 
     @model_validator(mode="after")
     def _one_budget(self) -> PretrainCfg:

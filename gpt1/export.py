@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic, hf_weights
+from gpt1 import atomic, hf_weights, records
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 
@@ -146,9 +146,9 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
     stem = f"finetune_{meta['task']}" if meta.get("task") else "pretrain"
     seed = meta.get("pretrain_seed")  # the record of that pre-training run, else the old stem
     for name in ([f"{stem}_p{seed}"] if seed is not None else []) + [stem]:
-        path = Path(metrics_dir) / f"{name}.json"
-        if path.is_file():
-            return dict(json.loads(path.read_text(encoding="utf-8")))
+        scores = records.read_scores_file(records.record_paths(metrics_dir, name)[0])
+        if scores is not None:
+            return scores
     return None
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpt1 import atomic, records, tracking
+from gpt1 import atomic
 from gpt1.config import FloorCfg, Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
@@ -171,16 +171,3 @@ def run(params: Params, task: str) -> dict[str, Any]:
                  f"logistic regression, C in {list(cfg.c_grid)} by {cfg.cv_folds}-fold CV",
         "seconds": [r["seconds"] for r in result["seeds"]],
     }
-
-
-def floor_stage(params: Params, task: str) -> dict[str, Any]:
-    """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
-    (record finetune_bow_<task>, logged to its own MLflow run)."""
-    stem = f"finetune_{VARIANT}_{task}"
-    with tracking.start_run(stem, params):
-        metrics = run(params, task)
-        scores = ("scores",) if "scores" in metrics else ()
-        tracking.log_summary({k: metrics[k] for k in scores})
-        for path in records.write_metrics(params, stem, metrics, scores):
-            tracking.log_artifact(path)
-    return metrics

@@ -38,24 +38,6 @@ Measure = Callable[[int], float]
 """micro-batch sequences -> peak bytes of one forward + backward (inf: did not fit)."""
 
 
-def accumulation(cfg: Any, world: int, micro: int | None = None) -> int:
-    """Micro-batches per rank and update: batch_seqs = micro x this x ranks (micro: the
-    resolved size, default the configured one), else a Gpt1Error naming the keys (checked
-    before ranks are launched, and by each rank). For `auto` before its probe: the batch must
-    split over the ranks (returns 1)."""
-    size = cfg.micro_batch_seqs if micro is None else micro
-    if size == "auto":
-        if cfg.batch_seqs % world:
-            raise Gpt1Error(f"pretrain.batch_seqs={cfg.batch_seqs} does not split over "
-                            f"{world} ranks (micro_batch_seqs: auto)")
-        return 1
-    accum, rem = divmod(cfg.batch_seqs, size * world)
-    if rem or accum < 1:
-        raise Gpt1Error(f"pretrain.batch_seqs={cfg.batch_seqs} is not micro_batch_seqs="
-                        f"{size} x accumulation x {world} ranks")
-    return accum
-
-
 def eval_window_count(cfg: Any) -> int:
     """Validation windows: eval_batches micro-batches of micro_batch_seqs, or with `auto`
     eval_batches global batches (batch_seqs), so the validation set never depends on the
@@ -155,7 +137,7 @@ def resolve(cfg: Any, world: int, recorded: dict[str, Any] | None, measure: Meas
     probe chose when there are several (every rank must run as many micro-batches)."""
     if cfg.micro_batch_seqs != "auto":
         return int(cfg.micro_batch_seqs)
-    accumulation(cfg, world)
+    cfg.accumulation(world)
     if recorded and recorded.get("world_size") == world:
         size = int(recorded["micro_batch_seqs"])
         log.info("micro_batch_seqs: auto: %d, as recorded by the run resumed", size)

@@ -34,7 +34,6 @@ from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import stop_on_signals
 from gpt1.lstm import LSTMLM
-from gpt1.micro_batch import accumulation
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import MetricsSink, progress
@@ -301,7 +300,7 @@ def pretrain(
     precision = resolve_precision(cfg.precision, device)
     with (distributed(device.type) as (rank, world), stop_on_signals() as stop,
           BackgroundWriter() as writer):
-        accumulation(cfg, world)
+        cfg.accumulation(world)
         if world > 1:
             check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
@@ -318,7 +317,7 @@ def pretrain(
             loss_module, cfg.seq_len, meta["vocab_size"], precision, device,
             micro_batch.unallocated_bytes(lm, optimizer, world, bucket_view=True)),
             lambda: micro_batch.memory_limit(device, world), device)
-        accum = accumulation(cfg, world, size)
+        accum = cfg.accumulation(world, size)
         module: nn.Module = loss_module
         if world > 1:
             module = data_parallel(loss_module, device, cfg.ddp_bucket_mb, cfg.ddp_bf16_grads)

@@ -5,7 +5,9 @@ A record is two JSON files per stage: `<stage>.json` holds the scores only (the 
 sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and, once
 `start_clock` ran, `wall_seconds`, and once `declare_stage` ran, `stage_hash` (the hash of the
 params the stage declares in dvc.yaml: gpt1.freshness). `read_metrics` merges the two back into
-one dict per stage.
+one dict per stage. A pre-training stage also writes its validation curve, `<stage>.curve.json`
+(a list of points, a DVC plot; `<stage>_val.json` before, still read). Nothing else reads or
+writes these files.
 """
 
 from __future__ import annotations
@@ -15,23 +17,25 @@ import json
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gpt1 import atomic, freshness
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.tasks.registry import TASKS, Origin, TaskSpec
-
-if TYPE_CHECKING:  # the fine-tuning module imports torch; a record needs only its fields
-    from gpt1.finetune import Hparams
+from gpt1.tasks.registry import TASKS, Origin
 
 Metrics = dict[str, dict[str, Any]]
 """Record stem (e.g. finetune_cola) -> the record, scores and sidecar merged."""
 
 INFO_SUFFIX = ".info.json"
 """The sidecar beside a stage's scores file: what is not a score."""
+
+CURVE_SUFFIX = ".curve.json"
+"""A pre-training stage's validation curve beside its record: a list of points, not a record."""
+OLD_CURVE_SUFFIX = "_val.json"
+"""The curve's name before CURVE_SUFFIX (committed runs), still read."""
 
 _clock: dict[str, float] = {}
 _stage: dict[str, str] = {}
@@ -72,43 +76,55 @@ def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
     return path, info_path
 
 
-def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: str,
-                    result: dict[str, Any], sample: dict[str, str], out_dir: Path,
-                    pretrain_seed: int) -> dict[str, Any]:
-    """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
-    baselines, predictions (per-seed files of the reported `test` split, which it bootstraps),
-    eval_split, scored_on, origins, n_train, n_eval, pretrain_seed, select, lr, warmup_steps;
-    plus provenance of splits, truncation and speed). `hp` = the run's resolved fine-tuning
-    hyperparameters (seeds, lm_coef, lr), `sample` = split -> how it was sampled. Under
-    `select: dev` the dev predictions are `selection_predictions`, never a reported split."""
-    ft = params.finetune
-    files = {prefix: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
-                      for s in hp.seeds] for prefix in ("", "selection_")}
-    chosen = (f"epoch chosen on dev = {spec.sources['dev']}{sample['dev']} (never reported)"
-              if hp.select == "dev" else "last epoch scored (no selection)")
-    return {
-        "task": spec.name, "variant": variant, "metric": spec.metric,
-        "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {"test": files[""]},
-        **({"selection_predictions": files["selection_"]} if hp.select == "dev" else {}),
-        "train_ids": [str(Path(out_dir) / f"train_ids_seed{s}.parquet") for s in hp.seeds],
-        "eval_split": f"test = {spec.sources['test']}{sample['test']}; {chosen}",
-        "scored_on": f"{spec.sources['test']}{sample['test']}", "origins": dict(spec.origins),
-        "missing_scores": spec.missing_scores,
-        "train_split": f"{spec.sources['train']}{sample['train']}",
-        "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
-        "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "backend": result["backend"],
-        "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
-        "pretrain_seed": pretrain_seed, "select": hp.select, "lr": hp.lr,
-        "warmup_steps": result["seeds"][0]["warmup_steps"],
-        "kept_epoch": [r["kept_epoch"] for r in result["seeds"]],
-        "log_loss": [r.get("log_loss") for r in result["seeds"]],
-        "train_examples_per_s": round(sum(r["train_examples_per_s"]
-                                          for r in result["seeds"]) / len(result["seeds"]), 1),
-        "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
-                                         for r in result["seeds"]) / len(result["seeds"]), 1),
-    }
+def is_curve(path: str | Path) -> bool:
+    """Whether a file under paths.metrics is a curve (new or old name), not a record."""
+    return Path(path).name.endswith((CURVE_SUFFIX, OLD_CURVE_SUFFIX))
+
+
+def write_curve(params: Params, stage: str, points: list[dict[str, Any]]) -> Path:
+    """Write stage `stage`'s validation curve (points: step, val_loss, val_ppl, ...)."""
+    path = Path(params.paths.metrics) / f"{stage}{CURVE_SUFFIX}"
+    atomic.write_json(path, points)
+    return path
+
+
+def read_curve(metrics_dir: str | Path, stage: str) -> list[dict[str, Any]] | None:
+    """Stage `stage`'s validation curve (its old name too); None when it has none."""
+    for suffix in (CURVE_SUFFIX, OLD_CURVE_SUFFIX):
+        path = Path(metrics_dir) / f"{stage}{suffix}"
+        if path.is_file():
+            points = _read_json(path)
+            if not isinstance(points, list):
+                raise Gpt1Error("not a JSON list (a validation curve)", path)
+            return points
+    return None
+
+
+def read_scores_file(path: str | Path) -> dict[str, Any] | None:
+    """One scores file (a record's `<stem>.json`, or a DVC metric such as the headline) as a
+    dict; None for a curve file or a file not there; a Gpt1Error naming a damaged one."""
+    path = Path(path)
+    if is_curve(path) or not path.is_file():
+        return None
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise Gpt1Error("not a JSON object (a stage record or metric)", path)
+    return data
+
+
+def read_record(metrics_dir: str | Path, stem: str) -> dict[str, Any] | None:
+    """The record `stem` (scores and sidecar merged, checked as `read_metrics` does); None
+    when it was not written."""
+    path, info = record_paths(metrics_dir, stem)
+    data = read_scores_file(path)
+    if data is None:
+        return None
+    info_data = _read_json(info) if info.is_file() else {}
+    if not isinstance(info_data, dict):
+        raise Gpt1Error("not a JSON object (a stage record's sidecar)", info)
+    merged = {**info_data, **data}
+    check_record(stem, merged, (path, info))
+    return merged
 
 
 def _read_json(path: Path) -> Any:
@@ -176,16 +192,11 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
     of the wrong type (`check_record`), is a Gpt1Error naming it."""
     out: Metrics = {}
     for path in sorted(Path(metrics_dir).glob("*.json")):
-        if path.name.endswith(INFO_SUFFIX):
+        if path.name.endswith(INFO_SUFFIX) or is_curve(path):
             continue
-        data = _read_json(path)
-        info = path.with_name(path.stem + INFO_SUFFIX)
-        if isinstance(data, dict):
-            info_data = _read_json(info) if info.is_file() else {}
-            if not isinstance(info_data, dict):
-                raise Gpt1Error("not a JSON object (a stage record's sidecar)", info)
-            out[path.stem] = {**info_data, **data}
-            check_record(path.stem, out[path.stem], (path, info))
+        record = read_record(metrics_dir, path.stem)
+        if record is not None:
+            out[path.stem] = record
     return out
 
 

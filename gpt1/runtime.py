@@ -3,22 +3,18 @@
 Every stage asks `device()` for its device, so a process never mixes two choices; under
 torchrun each process takes the GPU of its LOCAL_RANK. `resolve_precision` turns the params'
 `auto | fp32 | bf16` into the precision this device runs fast, and `distributed` joins (and
-leaves) the process group torchrun describes in the environment. `launch_ranks` starts those
-processes for a pre-training stage (pretrain.nproc), `check_shared_dir` refuses a run
-directory some rank does not see, and `compile_or_eager` guards torch.compile.
+leaves) the process group torchrun describes in the environment (gpt1/launcher.py starts those
+processes), `check_shared_dir` refuses a run directory some rank does not see, and
+`compile_or_eager` guards torch.compile.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,56 +201,6 @@ def _bf16_all_reduce(state: object, bucket: dist.GradBucket) -> torch.futures.Fu
 # annotations (`from __future__ import annotations`) would leave them strings.
 _bf16_all_reduce.__annotations__.update(bucket=dist.GradBucket,
                                         **{"return": torch.futures.Future[torch.Tensor]})
-
-
-def ranks_to_launch(nproc: int | str, requested_device: str) -> int:
-    """How many processes a pre-training stage runs as on this node (pretrain.nproc): N, or
-    for `auto` one per GPU torch sees (1 on the CPU). More processes than GPUs stop here."""
-    gpus = torch.cuda.device_count() if requested_device != "cpu" else 0
-    if nproc == "auto":
-        return max(gpus, 1)
-    n = int(nproc)
-    if gpus and n > gpus:
-        raise Gpt1Error(f"pretrain.nproc: {n} processes, but torch sees {gpus} GPU(s) "
-                        "(one process per GPU; nproc: auto uses them all)")
-    return n
-
-
-def launched() -> bool:
-    """Whether this process is one rank of a launched group (torchrun set WORLD_SIZE)."""
-    return "WORLD_SIZE" in os.environ
-
-
-def _die_with_parent() -> None:
-    """In the launcher's process: SIGTERM it when this process dies (Linux prctl
-    PR_SET_PDEATHSIG), so ranks never outlive a killed stage."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
-
-
-def launch_ranks(nproc: int, argv: list[str]) -> tuple[int, int | None]:
-    """Run `python -m gpt1 ARGV` as `nproc` processes on this node with torch's elastic
-    launcher (torch.distributed.run --standalone) and wait. The launcher runs in its own
-    process group: a Ctrl-C or SIGTERM reaches it once, passed on by this process, and it
-    passes one to every rank (a second would stop them at once, unsaved). Returns the
-    launcher's exit code and the signal passed on (None if none)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", "-m", "gpt1", *argv]
-    log.info("launching %d processes: %s", nproc, " ".join(cmd[1:]))
-    child = subprocess.Popen(cmd, start_new_session=True,  # noqa: S603 (our interpreter)
-                             preexec_fn=_die_with_parent)  # noqa: PLW1509
-    received: list[int] = []
-
-    def pass_on(signum: int, _: object) -> None:
-        received.append(signum)
-        child.send_signal(signum)
-
-    forward = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return child.wait(), (received[0] if received else None)
-    finally:
-        for sig, handler in forward.items():
-            signal.signal(sig, handler)
 
 
 def check_shared_dir(run_dir: Path, rank: int, world: int, device: torch.device) -> None:

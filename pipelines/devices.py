@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from gpt1.__main__ import DEVICE_STAGES, LAUNCHED_STAGES
 from gpt1.config import OrchestrateCfg
+from gpt1.stage_table import STAGES
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 # Present where an NVIDIA GPU can be: the kernel driver's /proc entry, its control device, or
@@ -102,9 +102,10 @@ class DevicePool:
 
     def wanted(self, stage: str) -> int:
         """Devices a stage (dvc.yaml name, `finetune` for `finetune@rte`) holds while it runs."""
-        if not self.size or stage not in DEVICE_STAGES:
+        row = STAGES.get(stage)  # gpt1/stage_table.py: device and launched stages
+        if not self.size or row is None or not row.device:
             return 0
-        return self.size if stage in LAUNCHED_STAGES else 1
+        return self.size if row.launched else 1
 
     @contextlib.contextmanager
     def hold(self, stage: str) -> Iterator[dict[str, str]]:

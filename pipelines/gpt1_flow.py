@@ -20,7 +20,6 @@ says.
 from __future__ import annotations
 
 import contextvars
-import json
 import os
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from gpt1 import tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
+from gpt1.records import read_scores_file
 from pipelines.dag import StagePlan, read_plan, select, to_run
 from pipelines.devices import DevicePool, sharing_warning, stage_slots, worker_devices
 from pipelines.publish import publish_run, share_remote
@@ -271,8 +271,8 @@ def results_markdown(
     lines += ["", "| metrics file | metric | value |", "|---|---|---|"]
     for rel in sorted({m for s in plan for m in s.metrics}):
         path = root / rel
-        metrics = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        if isinstance(metrics, dict):  # plots files (lists of points) are not results
+        metrics = read_scores_file(path)  # None: a curve (a plot) or not written
+        if metrics is not None:
             lines += [f"| {rel} | {key} | {value} |" for key, value in _headline(metrics)]
     return "\n".join(lines) + "\n"
 

@@ -5,12 +5,12 @@ read-back of a pipeline run's children and its link in the MLflow UI."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpt1 import records
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tracking import store
@@ -68,7 +68,7 @@ def record_stage(
     for path in metrics_files:
         if path.is_file():
             run.log_artifact(path, "metrics")
-            values.update(numeric(json.loads(path.read_text(encoding="utf-8"))))
+            values.update(numeric(records.read_scores_file(path) or {}))
     run.set_tags(dict(tags))
     run.on_metrics(0, values)
     run.flush()

@@ -14,13 +14,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpt1 import bpe, checkpoint, networks, stages, tracking
+from gpt1 import bpe, checkpoint, networks, tracking
 from gpt1.__main__ import main
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.export import export_hf
 from gpt1.records import read_metrics, variant_results
 from gpt1.report.tables import render_custom
+from gpt1.stages import data as data_stages
+from gpt1.stages import finetune as finetune_stages
 from gpt1.tasks.registry import register_custom
 from tests.helpers.corpus import write_corpus
 from tests.helpers.dvc_repo import copy_repo as _copy_repo
@@ -99,18 +101,18 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     params = parse_params(raw, "tiny")
     write_corpus(tmp_path / "mirror", n_books=1, n_paragraphs=2)
-    stages.scan_mirror(params)  # what DVC tracks of the task file
+    data_stages.scan_mirror(params)  # what DVC tracks of the task file
     scan = json.loads((Path(params.paths.mirror_scan) / "reviews.json").read_text())
     assert list(scan["files"]) == ["reviews.csv"]
 
-    prepared = stages.prepare_task(params, "reviews")
+    prepared = data_stages.prepare_task(params, "reviews")
     assert prepared["checks_passed"] and sum(prepared["rows"].values()) == 40
     assert prepared["source"] == "custom" and min(prepared["rows"].values()) > 0
     site = Path(params.paths.data_docs) / "tasks" / "reviews"  # one site over the 3 splits
     index = (site / "index.html").read_text(encoding="utf-8")
     assert all(f"reviews_{s}" in index for s in ("train", "dev", "test"))
     assert not any((site / s).exists() for s in ("train", "dev", "test"))
-    home = Path(stages.data_docs(params)["home"]).read_text(encoding="utf-8")
+    home = Path(data_stages.data_docs(params)["home"]).read_text(encoding="utf-8")
     assert "reviews / dev" in home and "✔</span> passed" in home and "not run" in home
     texts = [r.split(",")[0] for r in (tmp_path / "reviews.csv").read_text().splitlines()[1:]]
     tok = bpe.train_bpe(standardize_texts([" ".join(texts)] * 3), params.bpe,
@@ -119,7 +121,7 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     checkpoint.write_model(checkpoint.pretrain_dir(params, "gpt"), body, {
         "kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
         "params": params.as_dict(), "step": 0})
-    record = stages.finetune(params, "reviews")
+    record = finetune_stages.finetune(params, "reviews")
     assert record["task"] == "reviews" and "acc" in record["scores"]
     row = [line for line in render_custom(params, variant_results(
         read_metrics(params.paths.metrics), "full")) if line.startswith("| reviews |")]

@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpt1 import bpe, checkpoint, networks, stages
+from gpt1 import bpe, checkpoint, networks
 from gpt1.records import read_metrics
+from gpt1.stages import finetune as finetune_stages
+from gpt1.stages import lr_pilot as lr_pilot_stages
+from gpt1.stages import report as report_stages
+from gpt1.stages import zeroshot as zeroshot_stages
 from gpt1.tasks.load import write_tables
 
 WORDS = "the a cat dog sat ran on mat good bad film very positive negative it he she".split()
@@ -70,16 +74,16 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
                     "the dog\n\nThe dog ran at the cat because it was bad.\nit\n"
                     "The dog,the cat\nThe dog\n")
 
-    stages.finetune(params, "rte")
+    finetune_stages.finetune(params, "rte")
     for variant in params.ablations.pilot.variants:
-        stages.lr_pilot(params, "rte", variant)
+        lr_pilot_stages.lr_pilot(params, "rte", variant)
     for variant in params.ablations.variants:
-        stages.ablation(params, "rte", variant)
+        finetune_stages.ablation(params, "rte", variant)
     for k in params.layers.layers_transferred:
-        stages.transfer_layers(params, "mnli", k)
-    stages.zeroshot(params)
-    stages.zeroshot_lstm(params)
-    out = stages.report(params)
+        finetune_stages.transfer_layers(params, "mnli", k)
+    zeroshot_stages.zeroshot(params)
+    zeroshot_stages.zeroshot_lstm(params)
+    out = report_stages.report(params)
 
     metrics = Path(params.paths.metrics)
     records = read_metrics(metrics)  # each metrics file merged with its sidecar

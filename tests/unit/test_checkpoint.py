@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpt1 import bpe, checkpoint, stages
+from gpt1 import bpe, checkpoint
 from gpt1.errors import Gpt1Error
+from gpt1.stages import pretrain as pretrain_stages
 from tests.helpers.repo import REPO
 from tests.helpers.runs import prepare_run, random_texts
 
@@ -47,7 +48,7 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
 def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
     """Kills mid-training and mid-checkpoint-write, each followed by a re-run."""
     _, ref = prepare_run(tmp_path, "ref", {})
-    stages.pretrain(ref)
+    pretrain_stages.pretrain(ref)
     params_file, run = prepare_run(tmp_path, "killed", {})
     run_dir = checkpoint.pretrain_dir(run, "gpt")
     ckpts = run_dir / checkpoint.CKPT_DIR
@@ -98,7 +99,7 @@ class _Payload:
 @pytest.fixture
 def finished(tmp_path):
     _, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
-    stages.pretrain(params)
+    pretrain_stages.pretrain(params)
     return params
 
 
@@ -118,17 +119,17 @@ def test_damaged_checkpoint_is_refused_on_resume(finished, name, damage):
     path.write_bytes(bytes(data))
     (checkpoint.pretrain_dir(finished, "gpt") / "model.safetensors").unlink()
     with pytest.raises(Gpt1Error, match=rf"{name}: sha256 does not match"):
-        stages.pretrain(finished)
+        pretrain_stages.pretrain(finished)
 
 
 def test_edited_state_json_is_refused(finished):
     path = _ckpt_file(finished, checkpoint.STATE_FILE)
     path.write_text(path.read_text().replace('"step": 16', '"step": 15'))
     with pytest.raises(Gpt1Error, match="state.json: content does not match its digest"):
-        stages.pretrain(finished)
+        pretrain_stages.pretrain(finished)
     path.write_text(path.read_text()[:100])
     with pytest.raises(Gpt1Error, match="state.json: not valid JSON"):
-        stages.pretrain(finished)
+        pretrain_stages.pretrain(finished)
 
 
 def test_pickle_payload_is_never_executed(finished, tmp_path):
@@ -162,5 +163,5 @@ def test_shards_from_another_tokenizer_are_refused(tmp_path):
     _, params = prepare_run(tmp_path, "run", {})
     bpe.train_bpe(random_texts(8, seed=99), params.bpe, params.paths.tokenizer)  # a new tokenizer
     with pytest.raises(Gpt1Error, match="index.json: shards were written with tokenizer"):
-        stages.pretrain(params)
+        pretrain_stages.pretrain(params)
     assert not checkpoint.pretrain_dir(params, "gpt").exists()

@@ -273,14 +273,15 @@ def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch)
     """`python -m gpt1 pretrain` with pretrain.nproc: 2 (device: cpu) runs 2 gloo ranks through
     torch's elastic launcher, started by the stage itself (dvc.yaml's cmd unchanged); the final
     weights equal one process accumulating the same 2 micro-batches, within 1e-5."""
-    from gpt1 import checkpoint, stages
+    from gpt1 import checkpoint
     from gpt1.__main__ import main
+    from gpt1.stages import pretrain as pretrain_stages
     from tests.helpers.runs import prepare_run
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     over = {"device": "cpu", "pretrain": {"max_tokens": 8 * 4 * 32, "precision": "fp32"}}
     _, one = prepare_run(tmp_path, "one", {**over, "pretrain": {**over["pretrain"], "nproc": 1}})
-    stages.pretrain(one)
+    pretrain_stages.pretrain(one)
     two_file, two = prepare_run(tmp_path, "two", {**over, "pretrain": {**over["pretrain"],
                                                                       "nproc": 2}})
     seed = two.pretrain.seeds[0]  # the launcher passes --pretrain-seed on to every rank
@@ -327,18 +328,18 @@ def test_a_run_directory_not_shared_by_every_rank_is_refused(tmp_path):
 
 
 def test_nproc_auto_is_every_gpu_and_one_on_the_cpu(monkeypatch):
-    from gpt1 import runtime
+    from gpt1 import launcher
     from gpt1.errors import Gpt1Error
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    assert runtime.ranks_to_launch("auto", "auto") == 1
-    assert runtime.ranks_to_launch(2, "auto") == 2  # gloo processes on the CPU
+    assert launcher.ranks_to_launch("auto", "auto") == 1
+    assert launcher.ranks_to_launch(2, "auto") == 2  # gloo processes on the CPU
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    assert runtime.ranks_to_launch("auto", "cuda") == 4
-    assert runtime.ranks_to_launch("auto", "cpu") == 1
-    assert runtime.ranks_to_launch(3, "cpu") == 3
+    assert launcher.ranks_to_launch("auto", "cuda") == 4
+    assert launcher.ranks_to_launch("auto", "cpu") == 1
+    assert launcher.ranks_to_launch(3, "cpu") == 3
     with pytest.raises(Gpt1Error, match=r"pretrain.nproc: 8 processes, but torch sees 4 GPU"):
-        runtime.ranks_to_launch(8, "auto")
+        launcher.ranks_to_launch(8, "auto")
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_path, capsys,

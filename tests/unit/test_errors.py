@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpt1 import bpe, checkpoint, stages
+from gpt1 import bpe, checkpoint
 from gpt1.__main__ import guarded, main
 from gpt1.config import Params, ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.records import read_metrics
+from gpt1.stages import pretrain as pretrain_stages
 from gpt1.tasks.load import load_task, validate_tables, write_tables
 from gpt1.tasks.registry import TASKS
 from tests.helpers.corpus import write_corpus
@@ -298,7 +299,7 @@ def test_damaged_task_parquet_is_one_line(damage, tokenized, capsys):
 
 def test_pretrained_shape_other_than_params_is_refused_before_any_work(tmp_path, capsys):
     params_file, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 8 * 4 * 32}})
-    stages.pretrain(params)
+    pretrain_stages.pretrain(params)
     raw = yaml.safe_load(params_file.read_text())
     raw["model"].update(n_layer=3, n_positions=64)
     params_file.write_text(yaml.safe_dump(raw))

@@ -9,11 +9,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gpt1 import bpe, checkpoint, stages
+from gpt1 import bpe, checkpoint
 from gpt1.__main__ import main
 from gpt1.errors import Gpt1Error
 from gpt1.export import export_hf, load_export
 from gpt1.model import GPT
+from gpt1.stages import pretrain as pretrain_stages
 from tests.helpers.runs import prepare_run, random_run, random_texts, task_export, tiny_run
 
 transformers = pytest.importorskip("transformers")
@@ -49,7 +50,7 @@ def test_random_tiny_model_matches_transformers(tiny_params, tmp_path, pad):
 
 def test_trained_checkpoint_matches_transformers_via_cli(tmp_path):
     params_file, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
-    stages.pretrain(params)
+    pretrain_stages.pretrain(params)
     out = tmp_path / "hf"
     run_dir = checkpoint.pretrain_dir(params, "gpt")
     assert main(["--params", str(params_file), "export-hf", str(run_dir), str(out)]) == 0

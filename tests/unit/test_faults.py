@@ -17,11 +17,12 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1 import atomic, checkpoint, stages
+from gpt1 import atomic, checkpoint
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import body_factory, finetune_task, resolve_hparams
 from gpt1.interrupt import StoppedError
 from gpt1.model import GPT
+from gpt1.stages import pretrain as pretrain_stages
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
 from tests.helpers.repo import REPO
@@ -51,7 +52,7 @@ def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     """Ctrl-C in a running `gpt1 pretrain` saves, says so in one line, exits 130; the
     re-run resumes to the same final weights as a run never stopped."""
     _, ref = prepare_run(tmp_path, "ref", SHORT)
-    stages.pretrain(ref)
+    pretrain_stages.pretrain(ref)
     params_file, run = prepare_run(tmp_path, "stopped", SHORT)
     run_dir = checkpoint.pretrain_dir(run, "gpt")
     proc = _cli(params_file, "pretrain")

@@ -144,23 +144,25 @@ def test_cap_is_a_seeded_subset_in_file_order() -> None:
 def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> None:
     import json
 
-    from gpt1 import bpe, stages
+    from gpt1 import bpe
     from gpt1.data.clean import standardize_texts
     from gpt1.records import read_metrics
+    from gpt1.stages import data as data_stages
+    from gpt1.stages import finetune as finetune_stages
     from tests.helpers.task_mirror import write_mirror
 
     write_mirror(tmp_path / "mirror", rows=40)
     params = make_params({"finetune": {"init": "scratch", "epochs": 2, "seeds": [0, 1],
                                        "max_train_examples": 24, "max_eval_examples": 12},
                           "tasks": {"dev_examples": {"story_cloze": 6}}, "bpe": {"n_merges": 20}})
-    rows = stages.prepare_task(params, "mrpc")
+    rows = data_stages.prepare_task(params, "mrpc")
     assert rows["rows"] == {"train": 36, "dev": 4, "test": 40} and rows["checks_passed"]
     tables = (tmp_path / "data/tasks/mrpc")
     assert sorted(p.name for p in tables.iterdir()) == [
         "checks.json", "dev.parquet", "test.parquet", "train.parquet"]
     texts = [" ".join(pd.read_parquet(tables / "train.parquet")["text_a"])] * 3
     bpe.train_bpe(standardize_texts(texts), params.bpe, params.paths.tokenizer)
-    metrics = stages.finetune(params, "mrpc")
+    metrics = finetune_stages.finetune(params, "mrpc")
     assert json.loads((tmp_path / "reports/metrics/finetune_mrpc_p1234.json").read_text()) == {
         "scores": metrics["scores"]}  # scores only; the rest is in the sidecar
     saved = read_metrics(tmp_path / "reports/metrics")["finetune_mrpc_p1234"]

@@ -14,6 +14,7 @@ from gpt1 import floor, records
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
 from gpt1.report import tables
+from gpt1.stages import finetune as finetune_stages
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS
 
@@ -79,7 +80,7 @@ def test_floor_stage_row_and_which_arms_clear_it(make_params) -> None:
     pool, test = _sentiment_table(200, 1, "tr"), _sentiment_table(60, 2, "te", misleading=0.3)
     load.write_tables({"train": pool, "dev": _sentiment_table(10, 3, "dv"), "test": test},
                       Path(params.paths.tasks) / task)
-    rec = floor.floor_stage(params, task)
+    rec = finetune_stages.floor_stage(params, task)
     hp = resolve_hparams(params, task)
     for f, path in zip(hp.seeds, rec["predictions"]["test"], strict=True):
         preds = pd.read_parquet(path)
@@ -109,7 +110,7 @@ def test_floor_refuses_a_task_outside_ablations_and_skips_a_regression_task(make
     params = make_params({"ablations": {"tasks": ["sst2", "stsb"]}})
     with pytest.raises(Gpt1Error, match="not in ablations.tasks"):
         floor.run(params, "rte")
-    rec = floor.floor_stage(params, "stsb")  # recorded as not run: its stage's outputs exist
+    rec = finetune_stages.floor_stage(params, "stsb")  # recorded as not run: outputs exist
     assert "regression" in rec["not_run"] and "scores" not in rec
     assert (Path(params.paths.finetuned) / "bow" / "stsb" / "not_run.json").is_file()
     assert "finetune_bow_stsb" in records.read_metrics(params.paths.metrics)

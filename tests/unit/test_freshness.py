@@ -12,8 +12,8 @@ import yaml
 from gpt1 import freshness, records
 from gpt1.config import load_params
 from gpt1.report.document import headline
+from gpt1.stages.variants import override
 from gpt1.tasks.registry import TASKS
-from gpt1.variants import override
 from tests.helpers.repo import REPO
 
 

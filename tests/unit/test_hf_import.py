@@ -216,15 +216,15 @@ def test_out_dir_holding_files_is_refused(make_params, tmp_path, hf_dir, capsys)
 def test_pipeline_import_refuses_params_of_another_shape(make_params, tmp_path, hf_dir):
     """Under pretrain.import_hf the preset must describe the checkpoint: a mismatch stops
     train_bpe before it writes, naming the key to set."""
-    from gpt1 import hf_stages
     from gpt1.errors import Gpt1Error
+    from gpt1.stages import import_hf
 
     n_merges = len((hf_dir / "merges.txt").read_text().splitlines()) - 1
     params = make_params({"pretrain": {"import_hf": str(hf_dir)},
                           "bpe": {"n_merges": n_merges}, "model": {"n_layer": 3}})
     with pytest.raises(Gpt1Error, match=r"params model\.n_layer is 3, the checkpoint has 2"):
-        hf_stages.train_bpe(params, lambda *a, **k: None)
+        import_hf.train_bpe(params)
     assert not Path(params.paths.tokenizer).exists()
     ok = make_params({"pretrain": {"import_hf": str(hf_dir)}, "bpe": {"n_merges": n_merges}})
     vocab = json.loads((hf_dir / "vocab.json").read_text())
-    assert hf_stages.train_bpe(ok, lambda *a, **k: None)["vocab_size"] == len(vocab) + 3
+    assert import_hf.train_bpe(ok)["vocab_size"] == len(vocab) + 3

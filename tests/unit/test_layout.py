@@ -17,6 +17,8 @@ Read with `ast` (nothing is imported), over every module of gpt1/ and pipelines/
   import points up, closing a cycle. ALLOWED_UPWARD lists the ones the layout accepts (at most
   one), each with a comment on its import line saying why; removing them leaves the unit graph
   acyclic.
+- **Depth.** The unit graph has at most MAX_UNIT_EDGES imports in MAX_UNIT_LAYERS layers (each
+  unit one above the highest it imports): a ceiling that only goes down.
 """
 
 from __future__ import annotations
@@ -172,9 +174,39 @@ def test_no_import_cycle_between_folders_but_the_allowed_upward_imports() -> Non
         assert all("#" in lines[n - 1] for n in at), f"{importer}:{at}: say why, in a comment"
 
 
+def layer_count(graph: Mapping[str, set[str]]) -> int:
+    """Layers of an acyclic graph: each node one above the highest node it imports (a node
+    importing nothing is layer 1)."""
+    memo: dict[str, int] = {}
+
+    def layer(node: str) -> int:
+        if node not in memo:
+            memo[node] = 1 + max((layer(n) for n in graph.get(node, ())), default=0)
+        return memo[node]
+
+    return max(map(layer, graph), default=0)
+
+
+# The import graph of gpt1/ and pipelines/ between units (unit_of), every import counted,
+# without ALLOWED_UPWARD: 50 units, 229 edges, 15 layers before the stage table and the
+# gpt1/stages/ package (commit 8443507); 49, 209 and 12 with them. A ceiling, so it only drops.
+MAX_UNIT_EDGES = 212
+MAX_UNIT_LAYERS = 12
+
+
+def test_the_import_graph_is_no_deeper_or_denser_than_its_ceiling() -> None:
+    files = module_files()
+    graph = unit_graph(all_imports(files), files, skip=ALLOWED_UPWARD)
+    edges, layers = sum(map(len, graph.values())), layer_count(graph)
+    assert edges <= MAX_UNIT_EDGES and layers <= MAX_UNIT_LAYERS, (
+        f"{edges} imports between units in {layers} layers (ceiling {MAX_UNIT_EDGES} in "
+        f"{MAX_UNIT_LAYERS}): import from a lower layer, or lower the ceiling once it drops")
+
+
 def test_cycle_finder_and_import_reader_on_known_graphs(tmp_path: Path) -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+    assert layer_count({"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": set()}) == 3
     for name, text in {"gpt1/__init__.py": "", "gpt1/errors.py": "",
                        "gpt1/stages.py": "from gpt1.data import shards\n",
                        "gpt1/data/__init__.py": "from ..errors import Gpt1Error\n",

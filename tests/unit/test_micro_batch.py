@@ -76,7 +76,7 @@ def test_auto_picks_from_the_probe_records_it_and_resumes_with_it(make_params, t
 
 def test_auto_on_more_ranks_than_the_batch_splits_over_is_refused(make_params):
     cfg = make_params(AUTO).pretrain
-    assert micro_batch.accumulation(cfg, 2) == 1
+    assert cfg.accumulation(2) == 1
     with pytest.raises(Gpt1Error, match=r"batch_seqs=4 does not split over 3 ranks"):
-        micro_batch.accumulation(cfg, 3)
+        cfg.accumulation(3)
     assert micro_batch.eval_window_count(cfg) == cfg.eval_batches * cfg.batch_seqs

@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1 import networks, variants
+from gpt1 import networks
 from gpt1.config import Params
 from gpt1.finetune import body_factory, finetune_task, resolve_hparams
+from gpt1.stages import variants
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
 

@@ -10,11 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpt1 import bpe, checkpoint, networks, stages
+from gpt1 import bpe, checkpoint, networks
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.finetune import selection_key, warmup_steps
 from gpt1.records import read_metrics
+from gpt1.stages import data as data_stages
+from gpt1.stages import finetune as finetune_stages
+from gpt1.stages import lr_pilot as lr_pilot_stages
 from gpt1.tasks.registry import TASKS
 
 
@@ -37,7 +40,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
                                 "dev_examples": 8, "seed": 0}},
         "layers": {"tasks": ["sst2"], "max_train_examples": None, "max_eval_examples": None},
         "tasks": {"dev_examples": {"story_cloze": 6}}, "bpe": {"n_merges": 20}}), "tiny")
-    stages.prepare_task(params, "sst2")
+    data_stages.prepare_task(params, "sst2")
     train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
     tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
                         params.paths.tokenizer)
@@ -46,11 +49,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
         checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
             "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "params": params.as_dict(), "step": 0})
-    stages.finetune(params, "sst2")
-    stages.lr_pilot(params, "sst2", "scratch")
-    stages.ablation(params, "sst2", "scratch")
-    stages.ablation(params, "sst2", "lstm")
-    stages.transfer_layers(params, "sst2", 1)
+    finetune_stages.finetune(params, "sst2")
+    lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
+    finetune_stages.ablation(params, "sst2", "scratch")
+    finetune_stages.ablation(params, "sst2", "lstm")
+    finetune_stages.transfer_layers(params, "sst2", 1)
     return params, read_metrics(params.paths.metrics)
 
 

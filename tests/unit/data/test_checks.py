@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1 import stages
 from gpt1.data import checks
 from gpt1.errors import Gpt1Error
+from gpt1.stages import data as data_stages
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_check_stage_writes_report_and_fails_in_one_line(make_params, tmp_path) 
     path.parent.mkdir(parents=True)
     pd.DataFrame({"doc_id": ["a", "a"], "text": ["good text", "more text"]}).to_parquet(path)
     with pytest.raises(Gpt1Error, match="unique ids") as err:
-        stages.check_corpus(params)
+        data_stages.check_corpus(params)
     assert "\n" not in str(err.value)
     report = json.loads(open(params.paths.corpus_checks).read())
     assert report["success"] is False and report["failed"] == 1

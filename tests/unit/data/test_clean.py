@@ -9,10 +9,10 @@ import pytest
 import yaml
 from tests.helpers.corpus import make_book, write_corpus
 
-from gpt1 import stages
 from gpt1.__main__ import main
 from gpt1.data import clean
 from gpt1.errors import Gpt1Error
+from gpt1.stages import data as data_stages
 
 
 def test_standardize_text_follows_the_original_encoder() -> None:
@@ -80,8 +80,8 @@ def test_unusable_files_are_skipped_and_counted(tmp_path, make_params, capsys) -
     (corpus / "dup.txt").write_bytes((corpus / "book_01.txt").read_bytes())
     (corpus / "longline.txt").write_bytes(b"y" * 150_000)
     params = make_params({"clean": {"workers": 1}})
-    stages.download_corpus(params)
-    stats = stages.clean_corpus(params)
+    data_stages.download_corpus(params)
+    stats = data_stages.clean_corpus(params)
     assert stats["dropped"] == {
         "binary": 1, "not_utf8": 1, "empty": 1, "whitespace_only": 1, "too_large": 1,
         "line_too_long": 1, "too_short": 0, "duplicate": 1,
@@ -116,10 +116,10 @@ def test_nothing_usable_is_one_line_error_and_no_output(tmp_path, capsys) -> Non
 def test_changed_raw_file_is_refused(tmp_path, make_params) -> None:
     corpus = write_corpus(tmp_path / "mirror", n_books=2, n_paragraphs=3)
     params = make_params({"clean": {"workers": 1}})
-    stages.download_corpus(params)
+    data_stages.download_corpus(params)
     (corpus / "book_00.txt").write_bytes(b"tampered")
     with pytest.raises(Gpt1Error, match="changed since download_corpus"):
-        stages.clean_corpus(params)
+        data_stages.clean_corpus(params)
 
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpt1 import bpe, stages, tracking
+from gpt1 import bpe, tracking
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
+from gpt1.stages import lr_pilot as lr_pilot_stages
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS
 from tests.helpers.params import make_params_dict
@@ -40,7 +41,7 @@ def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
     monkeypatch.setenv("DVC_STAGE", "lr_pilot@scratch-sst2")  # as `dvc repro` runs it
     monkeypatch.setattr(tracking.runs.lineage, "repro_invocation", lambda: None)
     with tracking.stage_scope("lr_pilot@scratch-sst2", params):
-        chosen = stages.lr_pilot(params, "sst2", "scratch")
+        chosen = lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("pilot").experiment_id

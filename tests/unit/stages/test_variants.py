@@ -8,17 +8,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt1 import stages, variants
-from gpt1.__main__ import STAGE_ARGS, STAGES, build_parser
+from gpt1 import stage_table
+from gpt1.__main__ import build_parser
 from gpt1.errors import Gpt1Error
+from gpt1.stage_table import STAGES
+from gpt1.stages import finetune as finetune_stages
+from gpt1.stages import lr_pilot as lr_pilot_stages
+from gpt1.stages import variants
+from gpt1.stages import zeroshot as zeroshot_stages
 from tests.helpers.repo import REPO
 
 
 def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
     base = tiny_params.finetune
-    scratch = stages.ablation_params(tiny_params, "scratch")
-    no_aux = stages.ablation_params(tiny_params, "no_aux")
-    lstm = stages.ablation_params(tiny_params, "lstm")
+    scratch = variants.ablation_params(tiny_params, "scratch")
+    no_aux = variants.ablation_params(tiny_params, "no_aux")
+    lstm = variants.ablation_params(tiny_params, "lstm")
     assert scratch.finetune.init == "scratch" and scratch.finetune.lm_coef == base.lm_coef
     assert no_aux.finetune.init == "pretrained" and no_aux.finetune.lm_coef == 0.0
     assert lstm.finetune == base.model_copy(update={"init": "pretrained"})
@@ -26,7 +31,7 @@ def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
         assert p.model_dump(exclude={"finetune"}) == tiny_params.model_dump(exclude={"finetune"})
     assert tiny_params.ablations.presets["lstm"].body == "lstm"
     with pytest.raises(Gpt1Error, match="unknown ablation variant"):
-        stages.ablation_params(tiny_params, "bogus")
+        variants.ablation_params(tiny_params, "bogus")
 
 
 def test_cli_takes_variant_and_layers() -> None:
@@ -36,7 +41,7 @@ def test_cli_takes_variant_and_layers() -> None:
     assert args.layers == 3
     with pytest.raises(SystemExit):
         build_parser().parse_args(["ablation", "--task", "rte"])
-    assert set(STAGE_ARGS) <= set(STAGES)
+    assert STAGES["transfer_layers"].arguments == ("task", "layers")
     args = build_parser().parse_args(["finetune", "--task", "rte", "--pretrain-seed", "7"])
     assert args.pretrain_seed == 7
     assert build_parser().parse_args(["zeroshot"]).pretrain_seed is None  # the first seed
@@ -45,18 +50,19 @@ def test_cli_takes_variant_and_layers() -> None:
 
 
 def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
-    assert stages.resolve_pretrain_seed(tiny_params, None) == tiny_params.pretrain.seeds[0]
-    for stage in (lambda: stages.finetune(tiny_params, "rte", 7),
-                  lambda: stages.zeroshot(tiny_params, 7)):
+    seeds = tiny_params.pretrain.seeds
+    assert stage_table.resolve_pretrain_seed(seeds, None) == seeds[0]
+    for stage in (lambda: finetune_stages.finetune(tiny_params, "rte", 7),
+                  lambda: zeroshot_stages.zeroshot(tiny_params, 7)):
         with pytest.raises(Gpt1Error, match=r"pre-training seed 7 not in pretrain.seeds \[1234\]"):
             stage()
     with pytest.raises(Gpt1Error, match="not in ablations.variants"):
-        stages.lr_pilot(tiny_params, "sst2", "bogus")
+        lr_pilot_stages.lr_pilot(tiny_params, "sst2", "bogus")
 
 
 def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(tiny_params) -> None:
     assert "no_aux" not in tiny_params.ablations.pilot.variants
-    out = stages.lr_pilot(tiny_params, "sst2", "no_aux")
+    out = lr_pilot_stages.lr_pilot(tiny_params, "sst2", "no_aux")
     assert "chosen_lr" not in out and out["not_piloted"].startswith("not in ablations.pilot")
     base = Path(tiny_params.paths.finetuned) / "lr_pilot" / "no_aux_sst2"
     assert [p.name for p in base.iterdir()] == ["not_piloted.json"]  # the stage's DVC output
@@ -84,7 +90,7 @@ def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
 
 def test_transfer_layers_refuses_k_beyond_the_model(tiny_params) -> None:
     with pytest.raises(Gpt1Error, match="outside 0..2"):
-        stages.transfer_layers(tiny_params, "mnli", 3)
+        finetune_stages.transfer_layers(tiny_params, "mnli", 3)
 
 
 def test_layers_study_caps_replace_finetune_caps(make_params) -> None:

@@ -10,30 +10,40 @@ project's pre-training, so dvc.yaml keeps one graph (docs/import-hf.md says why)
   the intermediate checkpoints of Figure 2 right, which the release does not have): they do
   not run, each records why in one line and leaves its DVC outputs empty; the report says so.
 
-gpt1/stages.py calls these; the conversion itself is gpt1/hf_import.py.
+gpt1/stages/data.py, pretrain.py and zeroshot.py call these; the conversion itself is
+gpt1/hf_import.py.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, hf_import, micro_batch, pretraining, runtime, tracking
+from gpt1 import (
+    atomic,
+    bpe,
+    checkpoint,
+    hf_import,
+    micro_batch,
+    pretraining,
+    records,
+    runtime,
+    tracking,
+)
 from gpt1.config import Params
 from gpt1.data import shards
 from gpt1.data.loader import eval_windows
 from gpt1.model import GPT
 from gpt1.runtime import resolve_precision
+from gpt1.stages.recording import record, record_in_own_run
 
 log = logging.getLogger(__name__)
 
 SCAN_FILE = "import_hf.json"
 """The checkpoint's fingerprint in paths.mirror_scan: a dependency of train_bpe and pretrain."""
-Record = Callable[..., None]
 
 
 def scan(params: Params) -> None:
@@ -42,22 +52,20 @@ def scan(params: Params) -> None:
                       hf_import.scan(params.pretrain.import_hf))
 
 
-def train_bpe(params: Params, record: Record) -> dict[str, Any]:
+def train_bpe(params: Params) -> dict[str, Any]:
     """The checkpoint's tokenizer at paths.tokenizer (the train_bpe stage's record)."""
     tok = hf_import.import_tokenizer(params)
     metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
                "tokenizer_hash": tok.hash, "imported_from": params.pretrain.import_hf}
-    record(params, "train_bpe", metrics, ("vocab_size",))
+    record_in_own_run(params, "train_bpe", metrics, ("vocab_size",))
     return metrics
 
 
-def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path, record: Record
-             ) -> dict[str, Any]:
+def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path) -> dict[str, Any]:
     """The pretrain stage's import into `run_dir` (its record: validation loss on our held-out
     books); the LSTM's pre-training does not run (`not_run`)."""
     if kind != "gpt":
-        with tracking.start_run(stage, params):
-            return not_run(params, stage, record, run_dir=run_dir)
+        return not_run(params, stage, run_dir=run_dir)
     tok = bpe.load_bpe(params.paths.tokenizer)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
     cfg = params.pretrain
@@ -73,14 +81,14 @@ def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path, re
             resolve_precision(cfg.precision, device), 0, 1)
         metrics = {**val, "backend": meta["backend"], "imported_from": meta["imported_from"],
                    "kind": kind, "pretrain_seed": seed}
-        atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", [{"step": 0, **val}])
+        records.write_curve(params, stage, [{"step": 0, **val}])
         record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val)
     log.info("%s: imported %s, validation perplexity %.2f on our held-out books", stage,
              params.pretrain.import_hf, val["val_ppl"])
     return metrics
 
 
-def not_run(params: Params, stage: str, record: Record, run_dir: Path | None = None,
+def not_run(params: Params, stage: str, run_dir: Path | None = None,
             zeroshot_file: Path | None = None) -> dict[str, Any]:
     """Record why `stage` does not run under pretrain.import_hf; its outputs stay empty."""
     why = (f"not run: pretrain.import_hf imports released final weights "
@@ -89,11 +97,11 @@ def not_run(params: Params, stage: str, record: Record, run_dir: Path | None = N
     if run_dir is not None:
         with atomic.atomic_path(run_dir) as tmp:
             tmp.mkdir()
-        atomic.write_json(Path(params.paths.metrics) / f"{stage}_val.json", [])
+        records.write_curve(params, stage, [])
     if zeroshot_file is not None:  # the zeroshot stage's per-example predictions
         predictions = zeroshot_file
         empty = pd.DataFrame(columns=["step", "task", "example", "label", "prediction"])
         atomic.write_bytes(predictions, empty.to_parquet(index=False) or b"")
     metrics = {"not_run": why}
-    record(params, stage, metrics, ())
+    record_in_own_run(params, stage, metrics, ())
     return metrics

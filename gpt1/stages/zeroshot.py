@@ -1,5 +1,6 @@
-"""Figure 2 right as a stage: the zero-shot heuristics (gpt1.zeroshot) over every kept
-checkpoint of one pre-training run, with per-example predictions and the stage record."""
+"""Figure 2 right as stages (zeroshot, zeroshot_lstm): the zero-shot heuristics (gpt1.zeroshot)
+over every kept checkpoint of one pre-training run, with per-example predictions and the stage
+record."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, records, runtime, tracking
+from gpt1 import atomic, bpe, checkpoint, runtime, tracking
 from gpt1 import zeroshot as zs
 from gpt1.backends import backend_of
 from gpt1.config import Params
 from gpt1.progress import progress
 from gpt1.runtime import autocast_for, resolve_precision
+from gpt1.stage_table import resolve_pretrain_seed
+from gpt1.stages import import_hf
+from gpt1.stages.recording import record
 from gpt1.tasks import formats, load
 
 log = logging.getLogger(__name__)
@@ -28,7 +32,7 @@ def predictions_path(params: Params, kind: str, seed: int) -> Path:
     return Path(params.paths.finetuned) / f"p{seed}" / "zeroshot" / f"{MODEL_NAMES[kind]}.parquet"
 
 
-def run(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
+def score_checkpoints(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
     """Score every kept checkpoint of pre-training run `seed` of `kind` ("gpt" | "lstm");
     writes <paths.finetuned>/p<seed>/zeroshot/<model>.parquet and the record <name>_p<seed>.
     Every checkpoint and run is scored on the same examples (seeded by params.seed)."""
@@ -59,19 +63,39 @@ def run(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
             rows.append({"step": step, "scores": raw, "normalised": norm})
             on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
             log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
-    pred_path = predictions_path(params, kind, seed)
-    table = pd.concat(frames) if frames else pd.DataFrame(
-        columns=["step", "task", "example", "label", "prediction"])
-    atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
-    metrics = {
-        "model": model_name, "pretrain_seed": seed, "steps": steps, "checkpoints": rows,
-        "n_examples": counts, "predictions": str(pred_path),
-        "eval_split": (f"canonical test splits of {', '.join(t for t in cfg.tasks if t != 'dprd')}"
-                       f" (seeded sample, at most {cfg.max_examples}); CoLA threshold fitted on "
-                       f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
-        "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
-        "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
-        "backend": backend_of(model),
-    }
-    records.write_metrics(params, stage, metrics, ("final",))
+        pred_path = predictions_path(params, kind, seed)
+        scored = [t for t in cfg.tasks if t != "dprd"]
+        table = pd.concat(frames) if frames else pd.DataFrame(
+            columns=["step", "task", "example", "label", "prediction"])
+        atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
+        metrics = {
+            "model": model_name, "pretrain_seed": seed, "steps": steps, "checkpoints": rows,
+            "n_examples": counts, "predictions": str(pred_path),
+            "eval_split": (f"canonical test splits of {', '.join(scored)} (seeded sample, at "
+                           f"most {cfg.max_examples}); CoLA threshold fitted on "
+                           f"{cfg.cola_threshold_split}; DPRD {dprd_file.name}"),
+            "norm": {t: n.model_dump() for t, n in cfg.norm.items()},
+            "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
+            "backend": backend_of(model),
+        }
+        record(params, stage, metrics, ("final",), summary={})
     return metrics
+
+
+def zeroshot(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+    """Figure 2 right: zero-shot heuristics on the Transformer's log-spaced checkpoints."""
+    return _zeroshot(params, "zeroshot", "gpt", pretrain_seed)
+
+
+def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+    """Figure 2 right: the same heuristics on the LSTM's checkpoints."""
+    return _zeroshot(params, "zeroshot_lstm", "lstm", pretrain_seed)
+
+
+def _zeroshot(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
+    seed = resolve_pretrain_seed(params.pretrain.seeds, seed)
+    if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
+        return import_hf.not_run(params, f"{name}_p{seed}",
+                                 zeroshot_file=predictions_path(params, kind, seed))
+    return score_checkpoints(params, name, kind, seed)
+

@@ -3,7 +3,6 @@ caps of Figure 2 left, as validated params (the stages run the one fine-tuning l
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from gpt1 import records
@@ -48,11 +47,13 @@ def pilot_lr(params: Params, variant: str, task: str) -> float | None:
     None for a variant the pilot does not tune."""
     if variant not in params.ablations.pilot.variants:
         return None
-    path = records.record_paths(params.paths.metrics, f"lr_pilot_{variant}_{task}")[0]
-    if not path.is_file():
+    stem = f"lr_pilot_{variant}_{task}"
+    record = records.read_record(params.paths.metrics, stem)
+    if record is None:
         raise Gpt1Error(f"no lr pilot record for {variant} on {task}: run "
-                        f"`dvc repro lr_pilot@{variant}-{task}` first", path)
-    return float(json.loads(path.read_text(encoding="utf-8"))["chosen_lr"])
+                        f"`dvc repro lr_pilot@{variant}-{task}` first",
+                        records.record_paths(params.paths.metrics, stem)[0])
+    return float(record["chosen_lr"])
 
 
 def layers_caps(params: Params, task: str) -> Params:

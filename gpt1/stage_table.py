@@ -1,0 +1,145 @@
+"""Every pipeline stage as one row: what the CLI, the Prefect flow and the run names read.
+
+A row names the stage as dvc.yaml does, the function that runs it (a dotted path, so nothing
+here imports torch), its CLI arguments, whether it runs a model on params `device`, whether its
+command launches pretrain.nproc ranks (torchrun), whether it runs once per pre-training seed,
+and the keys of its DVC address (the foreach / matrix keys, in dvc.yaml's order). `address`
+is the one naming function: the CLI names runs with it, and tests/unit/test_stage_table.py
+checks that it gives DVC's own address for every stage dvc.yaml renders, which is the name
+the flow runs each stage under.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpt1.errors import Gpt1Error
+
+PRETRAIN_SEED = "pretrain_seed"
+"""The argument of the stages run once per pre-training seed (a value of pretrain.seeds)."""
+
+ARGUMENTS: dict[str, tuple[type, str]] = {
+    "task": (str, "one of the paper's 12 tasks or of params tasks.custom (finetune.tasks says "
+                  "which ones run)"),
+    "variant": (str, "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, "
+                     "lstm)"),
+    "layers": (int, "blocks transferred: a value of params layers.layers_transferred"),
+    PRETRAIN_SEED: (int, "pre-training run: a value of params pretrain.seeds (default: the "
+                         "first)"),
+}
+"""A stage argument -> (its type, its help). `--task` takes the task names as its choices."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One dvc.yaml stage (all the items of a foreach / matrix stage)."""
+
+    name: str
+    function: str
+    """`module:function` that runs it: (params, **arguments) -> the record's metrics."""
+    arguments: tuple[str, ...] = ()
+    """Its required CLI arguments (ARGUMENTS), besides --pretrain-seed."""
+    address: tuple[str, ...] = ()
+    """The arguments DVC's address joins, in dvc.yaml's foreach / matrix order."""
+    device: bool = False
+    """Runs a model on params `device` (a GPU slot in the flow); else CPU only."""
+    launched: bool = False
+    """Its command launches pretrain.nproc ranks (DDP) and waits for them."""
+    seeded: bool = False
+    """Runs once per pre-training seed: takes --pretrain-seed (default: the first)."""
+    tracked: bool = True
+    """Opens its MLflow run around the work (scan_mirror and data_docs log nothing)."""
+
+    @property
+    def module(self) -> str:
+        return self.function.partition(":")[0]
+
+    @property
+    def attribute(self) -> str:
+        return self.function.partition(":")[2]
+
+
+_SEED = (PRETRAIN_SEED,)
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    Stage("scan_mirror", "gpt1.stages.data:scan_mirror", tracked=False),
+    Stage("download_corpus", "gpt1.stages.data:download_corpus"),
+    Stage("clean_corpus", "gpt1.stages.data:clean_corpus"),
+    Stage("check_corpus", "gpt1.stages.data:check_corpus"),
+    Stage("data_docs", "gpt1.stages.data:data_docs", tracked=False),
+    Stage("train_bpe", "gpt1.stages.data:train_bpe"),
+    Stage("shard_corpus", "gpt1.stages.data:shard_corpus"),
+    Stage("pretrain", "gpt1.stages.pretrain:pretrain", address=_SEED, device=True,
+          launched=True, seeded=True),
+    Stage("pretrain_lstm", "gpt1.stages.pretrain:pretrain_lstm", address=_SEED, device=True,
+          launched=True, seeded=True),
+    Stage("prepare_task", "gpt1.stages.data:prepare_task", ("task",), ("task",)),
+    Stage("finetune", "gpt1.stages.finetune:finetune", ("task",), ("task", PRETRAIN_SEED),
+          device=True, seeded=True),
+    Stage("lr_pilot", "gpt1.stages.lr_pilot:lr_pilot", ("task", "variant"), ("variant", "task"),
+          device=True),
+    Stage("ablation", "gpt1.stages.finetune:ablation", ("task", "variant"),
+          ("variant", "task", PRETRAIN_SEED), device=True, seeded=True),
+    Stage("floor", "gpt1.stages.finetune:floor_stage", ("task",), ("task",)),
+    Stage("transfer_layers", "gpt1.stages.finetune:transfer_layers", ("task", "layers"),
+          ("task", "layers", PRETRAIN_SEED), device=True, seeded=True),
+    Stage("zeroshot", "gpt1.stages.zeroshot:zeroshot", address=_SEED, device=True, seeded=True),
+    Stage("zeroshot_lstm", "gpt1.stages.zeroshot:zeroshot_lstm", address=_SEED, device=True,
+          seeded=True),
+    Stage("report", "gpt1.stages.report:report"),
+)}
+"""Stage name (as in dvc.yaml) -> its row, in dvc.yaml's order."""
+
+
+def stage_of(address: str) -> Stage:
+    """The row of a stage address (`finetune@cola-1234` -> finetune) or name."""
+    name = address.split("@", 1)[0]
+    if name not in STAGES:
+        raise Gpt1Error(f"unknown stage {name!r}; the stages are {', '.join(STAGES)}")
+    return STAGES[name]
+
+
+def resolve_pretrain_seed(seeds: Sequence[int], seed: int | None) -> int:
+    """The pre-training seed a stage runs for: `seed`, a value of pretrain.seeds `seeds` (None:
+    the first)."""
+    if seed is None:
+        return seeds[0]
+    if seed not in seeds:
+        raise Gpt1Error(f"pre-training seed {seed} not in pretrain.seeds {list(seeds)}")
+    return seed
+
+
+def stage_arguments(name: str, values: Mapping[str, Any], seeds: Sequence[int]
+                    ) -> dict[str, Any]:
+    """The keyword arguments stage `name` runs with, from `values` (parsed CLI arguments): its
+    arguments, and for a seeded stage the pre-training seed resolved against `seeds`."""
+    stage = STAGES[name]
+    kwargs = {arg: values[arg] for arg in stage.arguments}
+    if stage.seeded:
+        kwargs[PRETRAIN_SEED] = resolve_pretrain_seed(seeds, values.get(PRETRAIN_SEED))
+    return kwargs
+
+
+def address(name: str, kwargs: Mapping[str, Any]) -> str:
+    """A stage run's name: its DVC address, as dvc.yaml's foreach / matrix keys make it
+    (`pretrain@1234`, `finetune@cola-1234`, `lr_pilot@scratch-sst2`, `report`)."""
+    keys = STAGES[name].address
+    return "@".join([name, *(["-".join(str(kwargs[k]) for k in keys)] if keys else [])])
+
+
+def function_doc(stage: Stage) -> str:
+    """The docstring of a stage's function, read from its source without importing it (torch)."""
+    return _docstrings(stage.module).get(stage.attribute, "")
+
+
+@functools.cache
+def _docstrings(module: str) -> dict[str, str]:
+    """Function name -> docstring of a gpt1 module, by its source."""
+    path = Path(__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name: ast.get_docstring(node) or "" for node in tree.body
+            if isinstance(node, ast.FunctionDef)}

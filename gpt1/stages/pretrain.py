@@ -1,0 +1,64 @@
+"""The pre-training stages: the Transformer LM and the LSTM baseline, one run per pre-training
+seed, with the same loop and data (under pretrain.import_hf: gpt1/stages/import_hf.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpt1 import bpe, checkpoint, networks, pretraining, records, tracking
+from gpt1.backends import backend_of
+from gpt1.config import Params
+from gpt1.data import shards
+from gpt1.lstm import lstm_flops_per_token
+from gpt1.model import flops_per_token
+from gpt1.stage_table import resolve_pretrain_seed
+from gpt1.stages import import_hf, logged_models
+from gpt1.stages.recording import record
+from gpt1.stages.variants import lm_params
+
+
+def pretrain(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+    """Pre-train the Transformer LM on the token shards (spec §1); resumes if interrupted."""
+    return _pretrain(params, "pretrain", "gpt", pretrain_seed)
+
+
+def pretrain_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+    """Pre-train the LSTM LM baseline (Table 5 / Figure 2) with the same loop and data."""
+    return _pretrain(params, "pretrain_lstm", "lstm", pretrain_seed)
+
+
+def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
+    seed = resolve_pretrain_seed(params.pretrain.seeds, seed)
+    run_dir = str(checkpoint.pretrain_dir(params, kind, seed))
+    stage = f"{name}_p{seed}"
+    if params.pretrain.import_hf is not None:  # import instead (gpt1/stages/import_hf.py)
+        return import_hf.pretrain(params, stage, kind, seed, Path(run_dir))
+    record_params, params = params, lm_params(params, kind, seed)
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
+    val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
+    torch.manual_seed(params.seed)  # the initial weights are part of the run's trajectory
+    model = networks.build_model(kind, params, tok.vocab_size)
+    flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
+             if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
+    meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+            "backend": backend_of(model), "pretrain_seed": seed}
+    is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
+    run = (tracking.start_run(stage, record_params) if is_rank0  # the user's params, logged
+           else contextlib.nullcontext(None))
+    with run as on_metrics:
+        metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
+                                       flops, on_metrics or (lambda step, m: None))
+        history = metrics.pop("history")
+        metrics.update(backend=meta["backend"], pretrain_seed=seed, kind=kind)
+        if is_rank0:
+            records.write_curve(params, stage, history)
+            logged_models.log_model(params, run_dir, kind, None)
+            record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={})
+    return metrics
+

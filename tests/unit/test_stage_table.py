@@ -1,0 +1,127 @@
+"""The stage table (gpt1/stage_table.py) against dvc.yaml, and the one naming function: every
+stage DVC renders is a row, every row a dvc.yaml stage, and a run's name is DVC's address
+whether the CLI runs it (outside `dvc repro` too) or the flow schedules it."""
+
+from __future__ import annotations
+
+import ast
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import gpt1.__main__ as cli
+from gpt1 import stage_run
+from gpt1.stage_table import PRETRAIN_SEED, STAGES, address, stage_arguments, stage_of
+from pipelines.dag import read_plan
+from pipelines.devices import DevicePool
+
+REPO = Path(__file__).resolve().parents[2]
+DVC_KEYS = {"pseed": PRETRAIN_SEED}
+"""dvc.yaml's matrix key -> the stage argument it fills (the others are named alike)."""
+
+
+def test_every_dvc_stage_is_a_row_with_its_keys_and_function() -> None:
+    dvc = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert list(dvc) == list(STAGES), "the table lists dvc.yaml's stages, in its order"
+    for name, body in dvc.items():
+        stage = STAGES[name]
+        if "matrix" in body:
+            keys = tuple(DVC_KEYS.get(k, k) for k in body["matrix"])
+        else:
+            keys = (PRETRAIN_SEED,) if body.get("foreach") == "${pretrain.seeds}" else (
+                stage.arguments if "foreach" in body else ())
+        assert stage.address == keys, name
+        assert set(stage.arguments) | ({PRETRAIN_SEED} if stage.seeded else set()) == set(keys) \
+            or not keys, name
+        cmd = body.get("do", body)["cmd"]
+        assert cmd.startswith(f"python -m gpt1 {name}"), name
+        for arg in [*stage.arguments, *([PRETRAIN_SEED] if stage.seeded else [])]:
+            assert f"--{arg.replace('_', '-')} ${{item" in cmd, (name, arg)
+        source = REPO.joinpath(*stage.module.split(".")).with_suffix(".py").read_text()
+        defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+        assert stage.attribute in defined, stage.function
+    assert STAGES["lr_pilot"].address == ("variant", "task")  # one pilot per row and task
+
+
+def _plan_and_commands() -> tuple[list[str], dict[str, str]]:
+    from dvc.repo import Repo
+
+    with Repo(str(REPO)) as repo:
+        commands = {s.name: s.cmd for s in repo.index.stages}
+    return [s.name for s in read_plan(REPO)], commands
+
+
+def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
+    """Each stage of the flow's plan (DVC's addresses), its dvc.yaml command parsed by the CLI:
+    the run name the CLI gives it is the flow's, for every stage family and item."""
+    from gpt1.config import load_params
+
+    seeds = load_params(REPO / "params.yaml").pretrain.seeds
+    plan, commands = _plan_and_commands()
+    assert set(plan) == set(commands)
+    families = set()
+    parser = cli.build_parser(["report"])  # one parser: the stages' arguments, no tool's
+    for name in plan:
+        argv = shlex.split(commands[name])[3:]  # after `python -m gpt1`
+        args = parser.parse_args(argv)
+        kwargs = stage_arguments(args.command, vars(args), seeds)
+        assert address(args.command, kwargs) == name
+        assert stage_of(name).name == args.command
+        families.add(args.command)
+    assert families == set(STAGES)
+    pilots = [n for n in plan if n.startswith("lr_pilot@")]
+    assert len(pilots) == len(set(pilots)) > 1  # both variants of a task: two names
+
+
+@pytest.mark.parametrize(("argv", "name"), [
+    (["scan_mirror"], "scan_mirror"),
+    (["pretrain"], "pretrain@1234"),  # no --pretrain-seed: the first seed, named
+    (["pretrain-lstm", "--pretrain-seed", "1235"], "pretrain_lstm@1235"),
+    (["prepare_task", "--task", "rte"], "prepare_task@rte"),
+    (["finetune", "--task", "cola"], "finetune@cola-1234"),
+    (["lr_pilot", "--task", "sst2", "--variant", "scratch"], "lr_pilot@scratch-sst2"),
+    (["lr_pilot", "--task", "sst2", "--variant", "lstm"], "lr_pilot@lstm-sst2"),
+    (["ablation", "--task", "sst2", "--variant", "lstm", "--pretrain-seed", "1235"],
+     "ablation@lstm-sst2-1235"),
+    (["floor", "--task", "sst2"], "floor@sst2"),
+    (["transfer_layers", "--task", "mnli", "--layers", "3"], "transfer_layers@mnli-3-1234"),
+    (["zeroshot"], "zeroshot@1234"),
+    (["zeroshot_lstm", "--pretrain-seed", "1235"], "zeroshot_lstm@1235"),
+    (["report"], "report"),
+])
+def test_the_cli_names_a_run_outside_dvc_as_dvc_would(argv: list[str], name: str, tmp_path,
+                                                      make_params, monkeypatch) -> None:
+    """`gpt1 <stage> ...` run by hand: the started line and the run carry DVC's address."""
+    params = make_params({"pretrain": {"seeds": [1234, 1235]}})
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(params.as_dict()))
+    seen: dict[str, Any] = {}
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(stage_run, "_run_stage", lambda stage, run_name, *a: seen.update(
+        stage=stage, run=run_name, kwargs=a[-1]))
+    assert cli.main(["--params", str(params_file), *argv]) == 0
+    assert seen["run"] == name and seen["stage"] == name.split("@")[0]
+    if STAGES[seen["stage"]].seeded:
+        assert seen["kwargs"][PRETRAIN_SEED] == int(name.rsplit("-", 1)[-1].rsplit("@")[-1])
+
+
+def test_a_seed_outside_pretrain_seeds_is_refused_before_the_stage_runs(tmp_path, tiny_params,
+                                                                      capsys) -> None:
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(tiny_params.as_dict()))
+    assert cli.main(["--params", str(params_file), "zeroshot", "--pretrain-seed", "9"]) == 2
+    assert "pre-training seed 9 not in pretrain.seeds" in capsys.readouterr().err
+
+
+def test_the_flow_gives_devices_by_the_table() -> None:
+    pool = DevicePool(["0", "1", "2"])
+    wanted = {name: pool.wanted(name) for name in STAGES}
+    assert {n for n, w in wanted.items() if w == 3} == {"pretrain", "pretrain_lstm"}
+    assert {n for n, w in wanted.items() if w == 0} == {
+        n for n, s in STAGES.items() if not s.device}
+    assert wanted["finetune"] == wanted["lr_pilot"] == 1
+    assert DevicePool([]).wanted("pretrain") == 0
