@@ -79,7 +79,16 @@ def _seed() -> None:
         pass
 
 
+E2E = Path(__file__).parent / "e2e"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every end-to-end test is `slow` (the fast lane, `-m "not slow"`, leaves them out); gpu
+    tests skip without a CUDA device."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.slow)
     import torch
 
     if torch.cuda.is_available():
