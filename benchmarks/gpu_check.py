@@ -6,7 +6,8 @@ Measures on cuda:0, in this order, and writes benchmarks/results/gpu_<device>_<d
   1. CPU vs CUDA: the losses of the same 6 updates on the same batches (small model, fp32);
   2. compiled vs eager: the same on CUDA, and the graph breaks torch.compile took;
   3. host syncs per update of train_step + the non-finite watch (torch's sync debug mode);
-  4. a 2-rank DDP update (nccl with 2 GPUs, else gloo over cuda:0) vs 1 rank accumulating 2;
+  4. a 2-rank DDP update (nccl with 2 GPUs, else gloo over cuda:0) vs 1 rank accumulating 2,
+     with the plain optimizer and with its state sharded (pretrain.zero1), consolidated on rank 0;
   5. a measured bf16 GEMM ceiling and the device's data-sheet peak;
   6. the paper preset's micro-batching (micro_batch_seqs: auto, batch 64): the probe's choice
      on 1 GPU and per GPU of 8 (8 sequences a rank), each timed compiled (tokens/s, MFU, peak);
@@ -68,6 +69,7 @@ from gpt1.model import flops_per_token  # noqa: E402
 from gpt1.optim import build_optimizer  # noqa: E402
 from gpt1.runtime import c_compiler, to_device  # noqa: E402
 from gpt1.step import NonFiniteWatch, train_step  # noqa: E402
+from gpt1.zero1 import sharded_optimizer  # noqa: E402
 
 PAPER = {"arch": "gpt1", "n_positions": 512, "n_embd": 768, "n_layer": 12, "n_head": 12,
          "n_inner": 3072, "afn": "gelu", "resid_pdrop": 0.1, "embd_pdrop": 0.1,
@@ -161,9 +163,10 @@ def ddp_backend(device_type: str) -> str:
     return "nccl" if device_type == "cuda" and torch.cuda.device_count() >= 2 else "gloo"
 
 
-def _ddp_rank(rank: int, port: int, out: str, device_type: str) -> None:
+def _ddp_rank(rank: int, port: int, out: str, device_type: str, zero1: bool = False) -> None:
     """One rank of the 2-rank check: half the global batch per update, two updates; rank 0
-    writes the losses."""
+    writes the losses. zero1: the Adam state sharded over the 2 ranks, then consolidated on
+    rank 0, which must then hold the state of every parameter."""
     os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     backend = ddp_backend(device_type)
     device = torch.device(device_type, rank if backend == "nccl" else 0)
@@ -174,21 +177,27 @@ def _ddp_rank(rank: int, port: int, out: str, device_type: str) -> None:
         module = build(SMALL, SMALL_VOCAB, device)
         ids = [device.index] if device.type == "cuda" else None
         ddp = nn.parallel.DistributedDataParallel(module, device_ids=ids)
-        opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
+        opt = (sharded_optimizer if zero1 else build_optimizer)(module, 1e-3, (.9, .999), 1e-8, .01)
         data = batches(2, 2 * SMALL_BATCH, SMALL_LEN, SMALL_VOCAB)
         got = []
         for i in range(2):
             half = data[i][rank * SMALL_BATCH:(rank + 1) * SMALL_BATCH]
             got.append(train_step(ddp, opt, [(2 * i + rank, to_device(half, device))], seeded,
                                   1e-3, 1.0, "fp32")[0])
+        if zero1:
+            opt.consolidate_state_dict()  # type: ignore[attr-defined]
+            held = len(opt.state_dict()["state"]) if rank == 0 else 0
+            if rank == 0 and held != (params := sum(len(g["params"]) for g in opt.param_groups)):
+                raise RuntimeError(f"ZeRO-1: rank 0 consolidated {held} of {params} states")
         if rank == 0:
             Path(out).write_text(" ".join(str(float(x)) for x in torch.stack(got).tolist()))
     finally:
         dist.destroy_process_group()
 
 
-def ddp_vs_one_process(device: torch.device) -> tuple[str, float]:
-    """(backend, relative loss gap) of 2 DDP ranks vs 1 process accumulating the 2 halves."""
+def ddp_vs_one_process(device: torch.device, zero1: bool = False) -> tuple[str, float]:
+    """(backend, relative loss gap) of 2 DDP ranks (zero1: their Adam state sharded) vs 1
+    process accumulating the 2 halves."""
     import socket
 
     with socket.socket() as s:
@@ -196,7 +205,7 @@ def ddp_vs_one_process(device: torch.device) -> tuple[str, float]:
         port = int(s.getsockname()[1])
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "ddp.txt")
-        mp.spawn(_ddp_rank, args=(port, out, device.type), nprocs=2)
+        mp.spawn(_ddp_rank, args=(port, out, device.type, zero1), nprocs=2)
         ranks = [float(x) for x in Path(out).read_text().split()]
     module = build(SMALL, SMALL_VOCAB, device)
     opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
@@ -314,10 +323,11 @@ def agreement_parts(check: Check, cuda: torch.device, can_compile: bool) -> None
         check.report(f"compiled vs eager on CUDA: max relative loss gap {gap:.2e} "
                      f"(<= {AGREE:g}); graph breaks: {graph_breaks()}", gap <= AGREE)
 
-    def ddp() -> None:
-        backend, gap = ddp_vs_one_process(cuda)
-        check.report(f"2-rank DDP ({backend}) vs 1 process accumulating 2: max relative loss "
-                     f"gap {gap:.2e} (<= {AGREE:g})", gap <= AGREE)
+    def ddp(zero1: bool = False) -> None:
+        backend, gap = ddp_vs_one_process(cuda, zero1)
+        check.report(f"2-rank DDP ({backend}){' with ZeRO-1' if zero1 else ''} vs 1 process "
+                     f"accumulating 2: max relative loss gap {gap:.2e} (<= {AGREE:g})",
+                     gap <= AGREE)
 
     check.part("CPU vs CUDA agreement", cpu_vs_cuda)
     check.part("compiled vs eager", compiled_vs_eager)
@@ -325,6 +335,7 @@ def agreement_parts(check: Check, cuda: torch.device, can_compile: bool) -> None
         "host syncs per update (train_step + non-finite watch + batch copy, bf16): "
         f"{host_syncs_per_step(cuda):g}"))
     check.part("2-rank DDP", ddp)
+    check.part("2-rank DDP, ZeRO-1", lambda: ddp(zero1=True))
 
 
 def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: str) -> None:

@@ -277,6 +277,10 @@ class PretrainCfg(Section):
     """DDP gradient all-reduce bucket size (MB), several ranks only."""
     ddp_bf16_grads: bool
     """All-reduce gradients in bf16 (half the bytes) instead of fp32; several ranks only."""
+    zero1: bool
+    """Shard the Adam state over the DDP ranks (ZeRO-1, gpt1/zero1.py): each rank keeps the
+    moments of the parameters it owns (about 1/N); checkpoints still hold the whole state.
+    Several ranks only; changes memory, never the result."""
     eval_interval_steps: PosInt
     eval_batches: PosInt
     """Validation windows: eval_batches x micro_batch_seqs (x batch_seqs with `auto`)."""
@@ -643,6 +647,11 @@ class ReportCfg(Section):
     confirmatory_tasks: StrTuple
     """Tasks of the confirmatory tests of findings (a), (b), (e) (docs/study.md): where the
     model learns; the other Table 5 columns are reported descriptively."""
+    gate_margins: dict[str, Annotated[float, Field(ge=0.0, lt=0.5)]]
+    """The gate fixed in the plan (docs/study.md, Build 6): confirmatory task -> margin (a
+    fraction). A piloted baseline arm whose best pilot configuration does not score its
+    carved pilot split's majority + this margin makes the finding that needs it "untestable
+    at this budget" (no estimate), decided from the pilot records only."""
     margin: PosFloat
     """delta of finding (b)'s non-superiority test (a fraction: 0.01 = 1 point): held = "no
     gain >= delta" when the 90 % upper bound of (with aux LM - without) is below it."""
@@ -654,6 +663,11 @@ class ReportCfg(Section):
     zeroshot_weights: dict[str, PosFloat]
     """Finding (d)'s zero-shot composite: task -> weight, declared in advance (normalised over
     the tasks scored)."""
+    zeroshot_floors: dict[str, Frac]
+    """Zero-shot task -> the raw score at 0 of the normalised scale of finding (d) and Figure 2
+    right, where it is not zeroshot.norm's random guess: SST-2 at its majority share (a
+    constant answer scores it, so 0.5 would credit pre-training with a constant's 0.9
+    points). The report renormalises the records' raw scores (gpt1.report.figure2.at_floors)."""
     design_sd: DesignSd
     """Declared variance components behind each design's MDE (docs/study.md)."""
     plan_commit: str | None
@@ -671,9 +685,11 @@ class ReportCfg(Section):
         bad = [t for t in self.confirmatory_tasks if t not in TASKS]
         if bad:
             raise ValueError(f"report.confirmatory_tasks: unknown task {bad[0]!r}")
-        bad = sorted(set(self.zeroshot_weights) - {"sst2", "cola", "race", "dprd"})
-        if bad:
-            raise ValueError(f"report.zeroshot_weights: {bad} are not zero-shot tasks")
+        for key, names in (("zeroshot_weights", self.zeroshot_weights),
+                           ("zeroshot_floors", self.zeroshot_floors)):
+            bad = sorted(set(names) - {"sst2", "cola", "race", "dprd"})
+            if bad:
+                raise ValueError(f"report.{key}: {bad} are not zero-shot tasks")
         unlabelled = sorted(set(self.paper_ablations) - set(self.row_labels))
         if unlabelled:
             raise ValueError(f"report.row_labels: no label for {unlabelled}")
@@ -745,6 +761,10 @@ class Params(Section):
                 raise ValueError(f"{key}: {bad[0]!r} is not prepared by any stage (prepare_task "
                                  f"runs for finetune.tasks {list(self.finetune.tasks)}); add "
                                  "it there or drop it here")
+        ungated = [t for t in self.report.confirmatory_tasks if t not in self.report.gate_margins]
+        if ungated:
+            raise ValueError(f"report.gate_margins: no margin for confirmatory task "
+                             f"{ungated[0]!r}")
         unknown = set(self.finetune.overrides) - set(self.finetune.tasks)
         if unknown:
             raise ValueError(f"finetune.overrides: tasks not in finetune.tasks: {sorted(unknown)}")

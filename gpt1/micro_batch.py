@@ -26,6 +26,7 @@ from torch import nn
 
 from gpt1.errors import Gpt1Error
 from gpt1.runtime import autocast_for
+from gpt1.zero1 import ShardedAdamW
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +94,12 @@ def memory_limit(device: torch.device, world: int) -> float:
 def unallocated_bytes(module: nn.Module, optimizer: torch.optim.Optimizer, world: int,
                       bucket_view: bool) -> int:
     """Memory training will hold that a probe does not allocate: the two Adam moments (fp32,
-    until the first update or a resume allocates them) and, with several ranks, DDP's gradient
-    buckets when they are not views of the gradients."""
+    until the first update or a resume allocates them; ZeRO-1: of this rank's parameters only)
+    and, with several ranks, DDP's gradient buckets when they are not views of the gradients."""
     n = sum(p.numel() * p.element_size() for p in module.parameters())
-    moments = 0 if optimizer.state else 2 * n
+    kept = (sum(p.numel() * p.element_size() for p in module.parameters() if optimizer.owns(p))
+            if isinstance(optimizer, ShardedAdamW) else n)
+    moments = 0 if optimizer.state else 2 * kept
     return moments + (n if world > 1 and not bucket_view else 0)
 
 

@@ -52,6 +52,7 @@ from gpt1.runtime import (
 from gpt1.runtime import device as run_device
 from gpt1.snapshot import BackgroundWriter, HostCopier
 from gpt1.step import NonFiniteWatch, train_step
+from gpt1.zero1 import ShardedAdamW, sharded_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 # values of these. The data order and the global batch stay the same; dropout masks are drawn
 # per micro-batch, so after a micro_batch_seqs change they follow the new split.
 _NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
-                   "checkpoint_interval_steps", "compile", "micro_batch_seqs", "nproc")
+                   "checkpoint_interval_steps", "compile", "micro_batch_seqs", "nproc", "zero1")
 PROJECTION_STEPS = 3
 """Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
 
@@ -270,6 +271,8 @@ class Checkpointer:
                 checkpoint.save_weights(path, host.groups[checkpoint.MODEL_FILE])))
 
     def save(self, done: int, history: list[dict[str, Any]]) -> None:
+        if isinstance(self.optimizer, ShardedAdamW):  # ZeRO-1: every rank sends rank 0 its
+            self.optimizer.consolidate_state_dict()  # shard; the file holds the whole state
         if self.rank == 0:
             tensors, groups = checkpoint.training_state(self.lm, self.optimizer)
             state = {"resume_key": self.key, "data_position": done * self.batch_seqs,
@@ -305,8 +308,9 @@ def pretrain(
         val = eval_windows(val_tokens, cfg.seq_len, micro_batch.eval_window_count(cfg))
         total_steps = total_steps_for(cfg, sampler.windows_per_epoch)
         lm.to(device).train()
-        optimizer = build_optimizer(lm, cfg.lr_max, (cfg.adam_beta1, cfg.adam_beta2),
-                                    cfg.adam_eps, cfg.weight_decay)
+        make_optimizer = sharded_optimizer if cfg.zero1 and world > 1 else build_optimizer
+        optimizer = make_optimizer(lm, cfg.lr_max, (cfg.adam_beta1, cfg.adam_beta2),
+                                   cfg.adam_eps, cfg.weight_decay)
         key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
         start, history, split = _resume(run_dir, lm, optimizer, key, rank)
         loss_module = CausalLM(lm)
@@ -390,6 +394,9 @@ def pretrain(
             "precision": precision, "world_size": world, "micro_batch_seqs": size,
             "accumulation": accum, "checkpoint_blocking_s": writer.blocking_s,
             "checkpoint_writing_s": writer.writing_s, "history": history,
+            "optimizer_state_bytes": sum(t.numel() * t.element_size()  # this rank's
+                                         for st in optimizer.state.values() for t in st.values()
+                                         if torch.is_tensor(t)),
         }
 
 

@@ -8,10 +8,11 @@ composite), so one bootstrap serves them all:
 - `draw_sums`: per-example features summed over each bootstrap resample of a split's examples
   (drawn once per draw and shared by every arm and run scored on the split: paired), as a
   matrix product over chunks of draws, never a Python loop over draws.
-- `hierarchical`: per-draw run values (draws, runs) -> the mean over p of the mean over f,
-  with the fine-tuning seeds resampled within each pre-training seed (one resample of seed
-  positions per draw, shared by every arm because the runs are the combined contrast) and the
-  pre-training seeds kept (two cannot be resampled); also each p's own estimate and the
+- `hierarchical`: per-draw run values (draws, runs) -> the mean over p of the mean over f:
+  the examples-only draw plus the fine-tuning-seed error drawn from its t distribution with
+  F - 1 degrees of freedom (`seed_noise`: small-sample-correct, where resampling 3 seeds
+  would shrink their variance to 2/3), the pre-training seeds kept (two cannot be resampled,
+  so every CI is conditional on the pre-trained models); also each p's own estimate and the
   between-p difference with its CI.
 - `superiority` (held = CI above 0 and the same sign in every pre-training seed),
   `non_superiority` (held = "no gain >= margin": the 90 % upper bound below the margin),
@@ -121,27 +122,64 @@ class RunBootstrap:
         return min(1.0, 2.0 * min(below, above))
 
 
+def seed_noise(point: np.ndarray, pretrain: np.ndarray, finetune: np.ndarray, n_draws: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """(n_draws, P) draws of the fine-tuning-seed error of each pre-training seed's mean over
+    its fine-tuning seeds, from their multivariate t distribution (small-sample-correct).
+
+    The fine-tuning seed f is the independent unit: it draws the training sample for every
+    pre-training seed p and a from-scratch arm (no pre-training seed) runs once per f, so the
+    runs of one f are dependent across p. With the F x P table of per-run values complete,
+    S = their sample covariance over f (ddof 1, unbiased) and the error of the P means is
+    S / F times a t with F - 1 degrees of freedom (Z ~ N(0, S / F) over the square root of a
+    chi-square / df, one per draw, shared by the P coordinates). Resampling 3 seeds instead
+    (the plug-in bootstrap) gives their mean (F - 1) / F = 2/3 of this variance and the light
+    tails of a normal where a t with 2 df has a 97.5 % quantile of 4.30, not 1.96. A table
+    with a run missing falls back to one t per p (its own seeds, F_p - 1 df); a p with one
+    seed, or all values equal, adds nothing."""
+    pt, ft, x = np.asarray(pretrain), np.asarray(finetune), np.asarray(point, dtype=float)
+    groups, seeds = sorted({int(p) for p in pt}), sorted({int(f) for f in ft})
+    out = np.zeros((n_draws, len(groups)))
+    table = np.full((len(seeds), len(groups)), np.nan)
+    for v, p, f in zip(x, pt, ft, strict=True):
+        table[seeds.index(int(f)), groups.index(int(p))] = v
+    if len(seeds) >= 2 and not np.isnan(table).any():
+        cov = np.atleast_2d(np.cov(table, rowvar=False, ddof=1)) / len(seeds)
+        vals, vecs = np.linalg.eigh(cov)
+        root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+        df = len(seeds) - 1
+        chi = rng.chisquare(df, size=n_draws) / df
+        return (rng.standard_normal((n_draws, len(groups))) @ root.T) / np.sqrt(chi)[:, None]
+    for j in range(len(groups)):
+        col = table[:, j][~np.isnan(table[:, j])]
+        if len(col) >= 2:
+            sd = float(np.std(col, ddof=1)) / np.sqrt(len(col))
+            out[:, j] = sd * rng.standard_t(len(col) - 1, size=n_draws)
+    return out
+
+
 def hierarchical(point: np.ndarray, draws: np.ndarray, pretrain: Sequence[int], seed: int,
-                 level: float = 0.95, resample_seeds: bool = True) -> RunBootstrap:
-    """Bootstrap of the mean over pre-training seeds of the mean over fine-tuning seeds.
+                 level: float = 0.95, resample_seeds: bool = True,
+                 finetune: Sequence[int] | None = None) -> RunBootstrap:
+    """Bootstrap of the mean over pre-training seeds of the mean over fine-tuning seeds,
+    conditional on the pre-training seeds (they are kept: two cannot be resampled).
 
     point (runs,) = each run's contrast on all examples; draws (B, runs) = on each example
-    resample; pretrain (runs,) = each run's pre-training seed. With `resample_seeds` the
-    fine-tuning seeds of each pre-training seed are resampled with replacement once per draw
-    (vectorised); without it only the examples are (the examples-only CI)."""
+    resample; pretrain (runs,) = each run's pre-training seed; finetune (runs,) = its
+    fine-tuning seed (default: its position within its pre-training seed). Each draw is the
+    examples-only mean of the runs plus, with `resample_seeds`, a draw of the fine-tuning-seed
+    error from its t distribution (`seed_noise`); without it only the examples vary (the
+    examples-only CI)."""
     pt = np.asarray(pretrain)
     vals = np.asarray(draws, dtype=float)
-    rng = np.random.default_rng(seed)
     groups = sorted({int(p) for p in pt})
-    per_draw, per_point = [], {}
-    for g in groups:
-        cols = np.flatnonzero(pt == g)
-        d = vals[:, cols]
-        if resample_seeds and len(cols) > 1:
-            d = np.take_along_axis(d, rng.integers(0, len(cols), size=d.shape), axis=1)
-        per_draw.append(d.mean(axis=1))
-        per_point[g] = float(np.mean(np.asarray(point, dtype=float)[cols]))
-    stacked = np.stack(per_draw, axis=1)
+    if finetune is None:
+        finetune = [int(np.sum(pt[:i] == pt[i])) for i in range(len(pt))]
+    per_point = {g: float(np.mean(np.asarray(point, dtype=float)[pt == g])) for g in groups}
+    stacked = np.stack([vals[:, pt == g].mean(axis=1) for g in groups], axis=1)
+    if resample_seeds:
+        stacked = stacked + seed_noise(np.asarray(point), pt, np.asarray(finetune),
+                                       vals.shape[0], np.random.default_rng(seed))
     total = stacked.mean(axis=1)
     estimate = float(np.mean(list(per_point.values())))
     between = None
@@ -209,6 +247,15 @@ def mde(se: float, power: float, level: float = 0.95, one_sided: bool = False) -
     alpha = 1.0 - level
     crit = z.inv_cdf(1.0 - (alpha if one_sided else alpha / 2.0))
     return float((crit + z.inv_cdf(power)) * se)
+
+
+def power(effect: float, se: float, level: float = 0.95) -> float:
+    """Probability that a two-sided test at `level` finds a true contrast `effect` above 0,
+    given the contrast's standard error (the inverse of `mde`)."""
+    z = NormalDist()
+    if se <= 0:
+        return 1.0 if effect > 0 else 0.0
+    return float(z.cdf(effect / se - z.inv_cdf(1.0 - (1.0 - level) / 2.0)))
 
 
 def paired_example_sd(p_a: float, p_b: float) -> float:

@@ -4,8 +4,9 @@ One module per role: `contrasts` (our cells, predictions, run-level bootstrap co
 degeneracy flags), `tables` (Tables 2-5), `figure2` (curves, bands, baselines, the figure,
 `dvc plots` rows), `prose` (what the curves show, as far as the verdicts say), `verdict` (a
 finding's record and point estimates), `findings` ((a), (b), (e) and the findings section),
-`curve_tests` ((c), (d)), `document` (assembly and `write_outputs`, the stage's entry) and
-`verdicts` (`gpt1 verdicts`: claims x committed runs -> reports/verdicts.md). The records come
-from gpt1.records; the paper's numbers from params (`report`), never from here. Values in the
+`curve_tests` ((c), (d)), `pilots` (every arm's pilot table and the plan's gate),
+`document` (assembly and `write_outputs`, the stage's entry) and `verdicts` (`gpt1
+verdicts`: claims x committed runs -> reports/verdicts.md). The records come from
+gpt1.records; the paper's numbers from params (`report`), never from here. Values in the
 records are fractions; tables show them x 100 like the paper.
 """

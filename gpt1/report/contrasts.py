@@ -1,6 +1,7 @@
 """Our numbers from the records: per-run cells of a paper column, per-example predictions,
 their run-level bootstrap contrasts (95 % CIs: examples resampled once per draw for every arm
-and run, fine-tuning seeds within pre-training seeds) and the degeneracy flags of a cell."""
+and run, the fine-tuning-seed error from its t distribution, conditional on the pre-training
+seeds) and the degeneracy flags of a cell."""
 
 from __future__ import annotations
 
@@ -71,6 +72,9 @@ def _component(results: Mapping[str, dict[str, Any]], task: str, score: str
         reason = res.get("missing_scores", {}).get(score, "not in the metrics file")
         return None, f"{task}.{score}: {reason}"
     per_seed = entry.get("per_seed") or [entry["mean"]]
+    if res.get("init") == "scratch" and len(res.get("runs", ())) == len(per_seed):
+        firsts = {f: i for i, (_, f) in reversed(list(enumerate(res["runs"])))}
+        per_seed = [per_seed[i] for i in sorted(firsts.values())]  # once per fine-tuning seed
     return np.asarray(per_seed, dtype=float), ""
 
 
@@ -175,7 +179,8 @@ def run_contrast(terms: Sequence[Term], params: Params, resample_seeds: bool = T
                  ) -> stats.RunBootstrap | None:
     """Hierarchical bootstrap (gpt1.stats) of sum(weight x (metric - offset)) per run, over the
     runs every term has: each task's examples resampled once per draw for every term and run,
-    fine-tuning seeds resampled within pre-training seeds (unless `resample_seeds` is False).
+    plus the fine-tuning-seed error from its t distribution (gpt1.stats.seed_noise; unless
+    `resample_seeds` is False), conditional on the pre-training seeds.
     None without terms, without a common run, or when runs were scored on different examples."""
     if not terms:
         return None
@@ -204,7 +209,7 @@ def run_contrast(terms: Sequence[Term], params: Params, resample_seeds: bool = T
                                     - t.offset)
             col += width
     return stats.hierarchical(point, draws, [k[0] for k in keys], cfg.bootstrap_seed,
-                              resample_seeds=resample_seeds)
+                              resample_seeds=resample_seeds, finetune=[k[1] for k in keys])
 
 
 def contrast(rows: Sequence[RowPreds], weights: Sequence[float],
@@ -265,25 +270,56 @@ def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
     return list(dict.fromkeys(out))
 
 
+def distinct_runs(record: Mapping[str, Any], runs: RunPreds) -> RunPreds:
+    """The arm's independent runs: a from-scratch arm (`init: scratch`) has no pre-training
+    seed, so its records of several pre-training seeds repeat one run per fine-tuning seed
+    and count once each (the first pre-training seed's)."""
+    if record.get("init") != "scratch":
+        return runs
+    out: RunPreds = {}
+    for (p, f), preds in sorted(runs.items()):
+        if all(f != g for _, g in out):
+            out[(p, f)] = preds
+    return out
+
+
+def degenerate_runs(runs: RunPreds, params: Params) -> list[RunKey]:
+    """The runs whose predictions are at least `report.degenerate_frac` one class."""
+    return [key for key, p in sorted(runs.items()) if len(p.prediction) and
+            np.unique(p.prediction, return_counts=True)[1].max() / len(p.prediction)
+            >= params.report.degenerate_frac]
+
+
 def arm_flags(results: Mapping[str, dict[str, Any]], component: str, runs: RunPreds | None,
               params: Params) -> list[str]:
     """Why one arm on one task is flagged (empty = not): at least half its runs degenerate (a
-    run is degenerate at >= report.degenerate_frac of its predictions one class), or its CI
-    does not clear the majority baseline (`cell_flags`)."""
+    run is degenerate at >= report.degenerate_frac of its predictions one class; a
+    from-scratch arm's runs counted once per fine-tuning seed), or its CI does not clear the
+    majority baseline (`cell_flags`)."""
     task = component.split(".")[0]
     if runs is None:
         return cell_flags(results, [component], {}, None, params)
     out = []
     if not TASKS[task].regression:
-        shares = [np.unique(p.prediction, return_counts=True)[1].max() / len(p.prediction)
-                  for p in runs.values() if len(p.prediction)]
-        n_deg = sum(s >= params.report.degenerate_frac for s in shares)
-        if shares and 2 * n_deg >= len(shares):
-            out.append(f"{n_deg} of {len(shares)} runs >= "
+        mine = distinct_runs(results[task], runs)
+        n_deg = len(degenerate_runs(mine, params))
+        if mine and 2 * n_deg >= len(mine):
+            out.append(f"{n_deg} of {len(mine)} runs >= "
                        f"{100 * params.report.degenerate_frac:.0f} % one class")
     ci = contrast([{task: runs}], [1.0], [[component]], params)
     return out + [f for f in cell_flags(results, [component], {}, ci, params)
                   if f.startswith("CI") or f.startswith("binomial")]
+
+
+def run_text(results: Mapping[str, dict[str, Any]], task: str, runs: RunPreds | None,
+             params: Params) -> str:
+    """`k of n runs degenerate (p1234 f0, ...)` of one arm on one task, or why unchecked."""
+    if runs is None:
+        return "runs unchecked (no predictions)"
+    mine = distinct_runs(results[task], runs)
+    deg = degenerate_runs(mine, params)
+    return (f"{len(deg)} of {len(mine)} runs >= {100 * params.report.degenerate_frac:.0f} % "
+            "one class" + (f" ({', '.join(f'p{p} f{f}' for p, f in deg)})" if deg else ""))
 
 
 def approx_low(results: Mapping[str, dict[str, Any]], components: Sequence[str]

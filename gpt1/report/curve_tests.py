@@ -21,14 +21,18 @@ from gpt1.report.contrasts import (
     component_term,
     read_predictions,
     run_contrast,
+    run_text,
 )
 from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
 from gpt1.report.verdict import (
+    FLAGGED,
     NO_CI,
     Finding,
     ci_pts,
     component,
+    conditional,
     design,
+    final_verdict,
     hierarchical_mean,
     pretrain_text,
     pts,
@@ -73,12 +77,13 @@ def layers_finding(params: Params, metrics: Metrics,
                                max(n_pre, 1), max(n_ft, 1), n_eval, len(tasks))
     centred = np.asarray(ks, float) - np.mean(ks)
     mde = stats.mde(n_layer * se_point / math.sqrt(float(centred @ centred)), params.report.power)
-    verdict = NO_CI if b is None else stats.superiority(b)
+    test_word = NO_CI if b is None else stats.superiority(b)
+    flagged, counts = k_flags(params, recs, tasks, ks)
+    verdict = final_verdict(test_word, flagged)
     deviation = ("" if tuple(tasks) == PAPER_LAYER_TASKS else
                  f" Tested on {', '.join(t.upper() for t in tasks)}, a deviation from the "
                  "paper's MNLI and RACE (chosen where the model learns; docs/study.md).")
-    ci = "n/a" if b is None else f"95 % CI {ci_pts(b.ci)}"
-    flagged = k_flags(params, recs, tasks, ks)
+    ci = "n/a" if b is None else conditional(f"95 % CI {ci_pts(b.ci)}", n_pre)
     line = (f"- **(c) {claim}: {verdict}.** {n_layer} x slope of accuracy over k = "
             f"{', '.join(map(str, ks))} blocks, mean over {', '.join(t.upper() for t in tasks)} "
             f"= {pts(est)} points over {len(points)} runs ({pretrain_text(per, b)}), "
@@ -87,25 +92,32 @@ def layers_finding(params: Params, metrics: Metrics,
             "bootstrap, examples shared by every k and run. MDE "
             f"({100 * params.report.power:.0f} % power): {100 * mde:.1f} points over "
             f"{n_layer} blocks.{deviation}")
-    if flagged:
-        line += (f" Flagged arms ({flagged}): a slope through a non-learning arm does not count "
-                 "as reproducing the paper.")
+    line += (" Gate: the k arms have no pilot, not gated. Runs and flags (a run is degenerate "
+             f"at ≥ {100 * params.report.degenerate_frac:.0f} % one class; an arm is flagged "
+             "when half its runs are or its CI does not clear majority): "
+             f"{counts}"
+             + (f"; flagged: {flagged}" if flagged else "; no k arm flagged") + ".")
+    if verdict == FLAGGED:
+        line += (f" The test alone says {test_word}; a slope through a flagged (non-learning) "
+                 "arm is inconclusive.")
     return Finding("c", claim, verdict, f"{pts(est)} pts", ci, f"{100 * mde:.1f} points",
                    flagged, line)
 
 
 def k_flags(params: Params, recs: Mapping[str, Mapping[int, Mapping[str, Any]]],
-            tasks: Sequence[str], ks: Sequence[int]) -> str:
-    """`k = <k> on <TASK>: reasons` of each transfer point (an arm of (c)) that is flagged."""
-    out = []
+            tasks: Sequence[str], ks: Sequence[int]) -> tuple[str, str]:
+    """(`k = <k> on <TASK>: reasons` of each transfer point (an arm of (c)) that is flagged,
+    `k = <k> on <TASK>: <degenerate runs>` of every one)."""
+    flagged, counts = [], []
     for t in tasks:
         for k in ks:
             m = recs[t][k]
             runs = read_predictions(m, "test" if "test" in m.get("predictions", {}) else "dev")
+            counts.append(f"k = {k} on {t.upper()}: {run_text({t: dict(m)}, t, runs, params)}")
             flags = arm_flags({t: dict(m)}, f"{t}.{scored_key(m)}", runs, params)
             if flags:
-                out.append(f"k = {k} on {t.upper()}: {'; '.join(flags)}")
-    return "; ".join(out)
+                flagged.append(f"k = {k} on {t.upper()}: {'; '.join(flags)}")
+    return "; ".join(flagged), "; ".join(counts)
 
 
 def _zs_records(metrics: Metrics, model: str) -> list[dict[str, Any]]:
@@ -200,15 +212,16 @@ def zeroshot_finding(params: Params, metrics: Metrics,
                     params.report.power)
     n_pre, _ = design(slope_pts)
     ci = ("n/a" if b_final is None or b_slope is None else
-          f"final 95 % CI [{b_final.ci.low:+.3f}, {b_final.ci.high:+.3f}], slope 95 % CI "
-          f"[{b_slope.ci.low:+.3f}, {b_slope.ci.high:+.3f}]")
+          conditional(f"final 95 % CI [{b_final.ci.low:+.3f}, {b_final.ci.high:+.3f}], slope "
+                      f"95 % CI [{b_slope.ci.low:+.3f}, {b_slope.ci.high:+.3f}]", n_pre))
     rough = {model: [float(np.std(np.diff([x for _, x in _composite_curve(params, m)])))
                      for m in _zs_records(metrics, model)] for model in MODEL_LABELS}
     explore = ("; ".join(f"{MODEL_LABELS[k]} {np.mean(r):.3f}" for k, r in rough.items() if r)
                or "no curves")
     line = (f"- **(d) {claim}: {verdict}.** Transformer composite (declared weights "
             + ", ".join(f"{t} {w:.2f}" for t, w in _weights(params, recs[0]).items())
-            + f"; 0 = random): {final_est:+.3f} at step {last}; slope over log(step) for steps "
+            + "; 0 = random guess, or the task's report.zeroshot_floors): "
+            + f"{final_est:+.3f} at step {last}; slope over log(step) for steps "
             f"{', '.join(map(str, steps))} (from the end of warm-up, step {warm}) = "
             f"{slope_est:+.3f} per log-step ({n_pre} pre-training seed(s); "
             + "; ".join(f"p{p} {x:+.3f}" for p, x in per.items()) + "), "

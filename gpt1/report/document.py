@@ -13,6 +13,7 @@ from gpt1.freshness import is_current
 from gpt1.records import Metrics, first_run, split_origins, variant_results
 from gpt1.report.figure2 import (
     MODEL_LABELS,
+    at_floors,
     baseline_lines,
     layer_bands,
     layer_curves,
@@ -22,6 +23,7 @@ from gpt1.report.figure2 import (
     zeroshot_curves,
 )
 from gpt1.report.findings import evaluate_findings, render_findings
+from gpt1.report.pilots import pilot_section
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.tables import render_ablations, render_custom, render_table
 from gpt1.report.verdict import Finding, findings_json
@@ -69,34 +71,6 @@ def _zeroshot_table(metrics: Metrics) -> list[str]:
             lines.append(f"| {MODEL_LABELS.get(m['model'], m['model'])}{seed} | {c['step']} | "
                          + " | ".join(f"{100 * raw[t]:.1f}" if t in raw else "n/a"
                                       for t in tasks) + " |")
-    return lines
-
-
-def lr_section(params: Params, metrics: Metrics) -> list[str]:
-    """The learning-rate pilot (records with `chosen_lr`: variant, task, grid, dev scores, the
-    dev split it used) and the lr and warm-up steps each Table 5 row's records ran with."""
-    lines = []
-    pilots = [m for stem, m in sorted(metrics.items()) if "chosen_lr" in m]
-    if pilots:
-        lines += ["| row | task | lr grid | dev score per lr (x 100) | chosen lr | dev split |",
-                  "|---|---|---|---|---:|---|"]
-        for m in pilots:
-            scores = ", ".join(f"{lr}: {100 * float(v):.1f}"
-                               for lr, v in m.get("dev_scores", {}).items())
-            lines.append(f"| {params.report.row_labels.get(m['variant'], m['variant'])} | "
-                         f"{m['task']} | {', '.join(map(str, m.get('grid', [])))} | {scores} | "
-                         f"{m['chosen_lr']} | {m.get('dev_split', '')} |")
-        lines.append("")
-    used = []
-    for variant, label in params.report.row_labels.items():
-        res = variant_results(metrics, variant)
-        lrs = sorted({str(m["lr"]) for m in res.values() if "lr" in m})
-        warm = sorted({int(m["warmup_steps"]) for m in res.values() if "warmup_steps" in m})
-        if lrs:
-            used.append(f"{label}: lr {', '.join(lrs)}"
-                        + (f", warm-up {min(warm)}-{max(warm)} steps" if warm else ""))
-    if used:
-        lines.append("Learning rates used (records' `lr`): " + "; ".join(used) + ".")
     return lines
 
 
@@ -263,19 +237,23 @@ def analysis_changes(commit: str) -> list[str] | None:
 
 
 def plan_section(params: Params) -> list[str]:
-    """The plan commit (and what git says of it), the deviations from the plan and the
-    analysis-code commits after it (git)."""
+    """The plan commit (and what git says of it) and the deviations from the plan: every
+    change after the plan commit, those declared in `report.deviations` (with their reasons)
+    and every commit after it that touches the plan or the analysis code (git), so an
+    undeclared change is listed too."""
     devs = params.report.deviations
     commit = plan_commit(params)
     changes = analysis_changes(commit)
+    unknown = changes is None
     return [f"Plan: [docs/study.md](../docs/study.md) (pre-registration), fixed at commit "
-            f"`{commit}` ({plan_check(commit)}). Deviations from the plan:"
-            + (" none." if not devs else ""), *[f"- {d}" for d in devs],
-            "", "Commits after the plan commit that change the plan or the analysis code "
-            f"(`git log {commit}..HEAD -- {' '.join(ANALYSIS_PATHS)}`):"
-            + (" unknown (git cannot list them here)." if changes is None
-               else " none." if not changes else ""),
-            *[f"- `{c.split(' ', 1)[0]}` {c.partition(' ')[2]}" for c in changes or []]]
+            f"`{commit}` ({plan_check(commit)}).", "",
+            "Deviations from the plan: every change after the plan commit, as declared "
+            "(`report.deviations`) and as every commit after it that changes the plan or the "
+            f"analysis code (`git log {commit}..HEAD -- {' '.join(ANALYSIS_PATHS)}`)"
+            + (" none." if not devs and changes == [] else ":"),
+            *[f"- declared: {d}" for d in devs],
+            *[f"- commit `{c.split(' ', 1)[0]}` {c.partition(' ')[2]}" for c in changes or []],
+            *(["- the commits: unknown (git cannot list them here)."] if unknown else [])]
 
 
 # The command that regenerates each preset's report from a fresh clone (README, "Presets").
@@ -298,6 +276,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
     (variants run with overridden params) nor `config_hash`.
     """
     cfg = params.report
+    metrics = at_floors(params, metrics)
     full = variant_results(metrics, "full")
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
@@ -317,8 +296,10 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
         f"(runs per task: {', '.join(map(str, seeds)) or 'none'}); 95 % CI = run-level "
         f"hierarchical bootstrap ({params.report.bootstrap_samples:,} draws, seed "
         f"{params.report.bootstrap_seed}): eval examples resampled once per draw and shared by "
-        "every arm and run, fine-tuning seeds resampled within each pre-training seed; no CI "
-        "where the per-example prediction files are absent. Chance = expected score of "
+        "every arm and run, plus the fine-tuning-seed error drawn from its t distribution "
+        "(F - 1 degrees of freedom; gpt1/stats.py), conditional on the pre-trained models "
+        "(their seeds are kept, not resampled); no CI where the per-example prediction files "
+        "are absent. Chance = expected score of "
         "uniform random guessing, majority = always the training split's most frequent label, "
         "both on the scored split; Δ = ours - paper, not printed for a flagged cell (FLAG: >= "
         f"{100 * params.report.degenerate_frac:.0f} % of predictions one class, or a CI that "
@@ -337,9 +318,10 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
             "score, so it is not directly comparable.", ""]
     out += render_custom(params, full)
     out += [render_ablations(params, metrics), ""]
-    lrs = lr_section(params, metrics)
+    lrs = pilot_section(params, metrics)
     if lrs:
-        out += ["### Learning rates (pilot on a carved dev split)", "", *lrs, ""]
+        out += ["### Pilots (on a split carved from the training pool) and the gate", "", *lrs,
+                ""]
     found = list(found) if found is not None else evaluate_findings(params, metrics, left, right)
     out += render_findings(params, metrics, left, right, found)
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
@@ -359,8 +341,10 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
                 *ztable, ""]
     norm = params.zeroshot.norm
     out += ["Zero-shot normalisation: " + "; ".join(
-        f"{t} {n.metric}: random {n.random}, state of the art {n.sota} ({n.source})"
-        for t, n in norm.items()) + ".", ""]
+        f"{t} {n.metric}: " + (f"floor {cfg.zeroshot_floors[t]} (report.zeroshot_floors; "
+                               f"random guess {n.random})" if t in cfg.zeroshot_floors
+                               else f"random {n.random}")
+        + f", state of the art {n.sota} ({n.source})" for t, n in norm.items()) + ".", ""]
     out += ["## Evaluation splits", "",
             "Ablation files are listed only where their split differs from that of "
             "finetune_<task>.", "",
@@ -381,6 +365,8 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     from gpt1 import atomic
 
     out = Path(params.paths.reports)
+    records = metrics  # the findings file's digest is of the records as written
+    metrics = at_floors(params, metrics)
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
     paths = {"figure": out / "figure2.png", "report": out / "report.md"}
@@ -404,7 +390,7 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
                         found)
     atomic.write_text(paths["report"], text)
     paths["findings"] = out / FINDINGS_FILE
-    atomic.write_json(paths["findings"], findings_json(found, metrics, params.digest()))
+    atomic.write_json(paths["findings"], findings_json(found, records, params.digest()))
     paths["headline"] = out / HEADLINE_FILE
     atomic.write_json(paths["headline"], headline(params, metrics))
     return paths

@@ -50,6 +50,28 @@ def layer_curves(metrics: Metrics, tasks: Sequence[str], ks: Sequence[int]
     return out
 
 
+def at_floors(params: Params, metrics: Metrics) -> Metrics:
+    """The records with each zero-shot task of `report.zeroshot_floors` renormalised at its
+    floor: (raw - floor) / (sota - floor) at every checkpoint and the floor as the record's
+    `norm` random, so finding (d), the curves, bands and lines all use it (idempotent)."""
+    floors = params.report.zeroshot_floors
+    out = dict(metrics)
+    for stem, m in metrics.items():
+        hit = [t for t in floors if t in m.get("norm", {})] if stem.startswith("zeroshot") \
+            and "checkpoints" in m else []
+        if not hit:
+            continue
+        norm = {t: {**n, **({"random": floors[t]} if t in hit else {})}
+                for t, n in m["norm"].items()}
+        out[stem] = {**m, "norm": norm, "checkpoints": [
+            {**c, "normalised": {t: (float(c["scores"][t]) - floors[t])
+                                 / (norm[t]["sota"] - floors[t])
+                                 if t in hit and t in c.get("scores", {}) else v
+                                 for t, v in c["normalised"].items()}}
+            for c in m["checkpoints"]]}
+    return out
+
+
 def zeroshot_curves(metrics: Metrics) -> dict[str, dict[str, list[tuple[int, float]]]]:
     """model -> task -> [(step, normalised score)] from zeroshot*.json: the mean over the
     model's records (one per pre-training seed) at the steps they all have."""

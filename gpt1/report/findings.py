@@ -3,9 +3,10 @@ study preset and the pre-registration change together, in the plan commit), one 
 line each naming its test, margin and the design's MDE. (a), (b), (e) compare Table 5 rows on
 the confirmatory tasks (`report.confirmatory_tasks`); (c) and (d) are in `curve_tests`.
 
-Every statistic is a run-level hierarchical bootstrap (gpt1.stats via contrasts.contrast); a
-verdict against an arm with a flagged (degenerate) confirmatory cell is labelled "vs a
-non-learning baseline" and does not count as reproducing the paper."""
+Every statistic is a run-level hierarchical bootstrap (gpt1.stats via contrasts.contrast),
+conditional on the pre-trained models. A finding whose piloted arm does not clear the plan's
+gate (gpt1.report.pilots) is "untestable at this budget", with no estimate; one tested against
+a flagged (non-learning) arm is inconclusive, whatever its CI says."""
 
 from __future__ import annotations
 
@@ -15,14 +16,19 @@ from typing import Any
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.records import Metrics, variant_results
-from gpt1.report.contrasts import cell_flags, contrast, row_predictions
+from gpt1.report.contrasts import arm_flags, contrast, row_predictions, run_text
 from gpt1.report.curve_tests import layers_finding, zeroshot_finding
+from gpt1.report.pilots import finding_gate
 from gpt1.report.verdict import (
+    FLAGGED,
     NO_CI,
+    UNTESTABLE,
     Finding,
     ci_pts,
     component,
+    conditional,
     design,
+    final_verdict,
     hierarchical_mean,
     pretrain_text,
     pts,
@@ -39,10 +45,47 @@ def row_mde(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
             one_sided: bool = False) -> float:
     """MDE (report.power) of a two-arm contrast in this design, from the declared variance
     components (report.design_sd) and the binomial per-example variance."""
+    return stats.mde(row_se(params, n_pre, n_ft, n_eval, n_tasks), params.report.power,
+                     0.90 if one_sided else 0.95, one_sided)
+
+
+def row_se(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int) -> float:
+    """Design standard error of a two-arm contrast (gpt1.stats.design_se, report.design_sd)."""
     sd = params.report.design_sd
-    se = stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy, sd.accuracy),
-                         max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1))
-    return stats.mde(se, params.report.power, 0.90 if one_sided else 0.95, one_sided)
+    return stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy,
+                                                                         sd.accuracy),
+                           max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1))
+
+
+def paper_gap(params: Params, better: str, worse: str, tasks: Sequence[str]
+              ) -> dict[str, float] | None:
+    """The paper's own Table 5 difference better - worse (fractions) on each task's column
+    (the column whose only score is the task's main one); None when a task has none."""
+    cfg = params.report
+    gaps = {}
+    for t in tasks:
+        cols = [c for c, comps in cfg.columns.items() if tuple(comps) == (component(t),)
+                and c in cfg.paper_ablations.get(better, {})
+                and c in cfg.paper_ablations.get(worse, {})]
+        if not cols:
+            return None
+        gaps[t] = (cfg.paper_ablations[better][cols[0]]
+                   - cfg.paper_ablations[worse][cols[0]]) / 100
+    return gaps
+
+
+def power_text(params: Params, better: str, worse: str, tasks: Sequence[str], n_pre: int,
+               n_ft: int, n_eval: float) -> str:
+    """` Power (this design) to find the paper's own gap ...: x %.` of a superiority finding."""
+    gaps = paper_gap(params, better, worse, tasks)
+    if not gaps:
+        return ""
+    mean = sum(gaps.values()) / len(gaps)
+    chance = stats.power(mean, row_se(params, n_pre, n_ft, n_eval, len(tasks)))
+    return (" Power (this design, 95 % two-sided) to find the paper's own gap ("
+            + ", ".join(f"{t.upper()} {100 * g:+.1f}" for t, g in gaps.items())
+            + (f"; mean {100 * mean:+.1f}" if len(gaps) > 1 else "")
+            + f" points): {100 * chance:.0f} %.")
 
 
 def harmonic_n(ns: Sequence[float]) -> float:
@@ -52,20 +95,32 @@ def harmonic_n(ns: Sequence[float]) -> float:
     return len(ns) / sum(1.0 / n for n in ns) if ns else 0.0
 
 
-def flagged_arms(params: Params, metrics: Metrics, variants: Sequence[str],
-                 tasks: Sequence[str]) -> str:
-    """`row label (task: reason)` of the arms whose cell on a tested task is flagged."""
-    out = []
+def arm_checks(params: Params, metrics: Metrics, variants: Sequence[str],
+               tasks: Sequence[str]) -> tuple[str, str]:
+    """(the flagged arms with their reasons, every arm's per-run count) of a finding: a run is
+    degenerate at >= report.degenerate_frac one class; an arm is flagged on a task when half
+    its runs are, or its CI does not clear the majority baseline (contrasts.arm_flags)."""
+    flagged, counts = [], []
     for v in variants:
         res = variant_results(metrics, v)
         preds = row_predictions(res)
         for t in tasks:
-            comp = [component(t)]
-            ci = contrast([preds], [1.0], [comp], params) if t in preds else None
-            flags = cell_flags(res, comp, preds, ci, params)
+            label = f"{params.report.row_labels[v]} on {t.upper()}"
+            counts.append(f"{label}: {run_text(res, t, preds.get(t), params)}")
+            flags = arm_flags(res, component(t), preds.get(t), params)
             if flags:
-                out.append(f"{params.report.row_labels[v]} on {t.upper()}: {'; '.join(flags)}")
-    return "; ".join(out)
+                flagged.append(f"{label}: {'; '.join(flags)}")
+    return "; ".join(flagged), "; ".join(counts)
+
+
+def _scratch_note(params: Params, metrics: Metrics, variants: Sequence[str],
+                  tasks: Sequence[str]) -> str:
+    """Says which arm has no pre-training seed and so counts once per fine-tuning seed."""
+    arms = [params.report.row_labels[v] for v in variants
+            if any(variant_results(metrics, v).get(t, {}).get("init") == "scratch"
+                   for t in tasks)]
+    return "".join(f"; {a} has no pre-training seed: its runs count once per fine-tuning seed"
+                   for a in arms)
 
 
 def _per_task(params: Params, rows: Sequence[Any], tasks: Sequence[str]) -> str:
@@ -84,7 +139,9 @@ def _per_task(params: Params, rows: Sequence[Any], tasks: Sequence[str]) -> str:
 def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: str,
                 worse: str, margin: float | None = None) -> Finding:
     """(a), (e) (superiority, margin None) or (b) (non-superiority with margin): better -
-    worse on the mean of the confirmatory tasks both rows ran."""
+    worse on the mean of the confirmatory tasks both rows ran; "untestable at this budget"
+    when a piloted arm fails the plan's gate (pilot records only); inconclusive against a
+    flagged arm."""
     cfg = params.report
     res = {v: variant_results(metrics, v) for v in (better, worse)}
     tasks = [t for t in cfg.confirmatory_tasks if all(t in r for r in res.values())]
@@ -92,48 +149,60 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
     if not tasks:
         line = f"- **({tag}) {claim}: inconclusive** — no confirmatory task has both rows."
         return Finding(tag, claim, "inconclusive", "n/a", "n/a", "n/a", "", line)
+    testable, gate_text = finding_gate(params, metrics, (better, worse), tasks)
+    flagged, counts = arm_checks(params, metrics, (better, worse), tasks)
+    checks = (f" Gate (the plan's, from the pilot records): {gate_text}. Runs and flags (a "
+              f"run is degenerate at ≥ {100 * cfg.degenerate_frac:.0f} % one class; an arm is "
+              f"flagged when half its runs are or its CI does not clear majority): {counts}"
+              + (f"; flagged: {flagged}" if flagged else "; no arm flagged") + ".")
     comps = [component(t) for t in tasks]
     recs = [res[v][t] for v in (better, worse) for t in tasks]
     weights = [s / len(tasks) for s in (1.0, -1.0) for _ in tasks]
     points = run_points(recs, weights, comps)
+    n_pre, n_ft = design(points)
+    n_task = {t: float(res[better][t].get("n_eval", 0) or 0) for t in tasks}
+    power = "" if margin is not None else power_text(params, better, worse, tasks, n_pre, n_ft,
+                                                     harmonic_n(list(n_task.values())))
+    if not testable:
+        line = (f"- **({tag}) {claim}: {UNTESTABLE}.** {labels} on "
+                f"{', '.join(t.upper() for t in tasks)}: a piloted arm does not clear the gate, or "
+                f"its gate is undecided, so no estimate is printed.{power}{checks}")
+        return Finding(tag, claim, UNTESTABLE, "n/a", "n/a", "n/a", flagged, line, gate_text)
     est, per = hierarchical_mean(points)
     rows = [row_predictions(res[better]), row_predictions(res[worse])]
     b = contrast(rows, [1.0, -1.0], [[c] for c in comps], params)
-    n_pre, n_ft = design(points)
-    n_task = {t: float(res[better][t].get("n_eval", 0) or 0) for t in tasks}
     mde = row_mde(params, n_pre, n_ft, harmonic_n(list(n_task.values())), len(tasks),
                   one_sided=margin is not None)
     alone = {t: row_mde(params, n_pre, n_ft, n, 1, margin is not None) for t, n in n_task.items()}
     per_task_mde = ", ".join(f"{t.upper()} {100 * m:.1f}" for t, m in alone.items())
     if margin is None:
-        verdict = NO_CI if b is None else stats.superiority(b)
+        test_word = NO_CI if b is None else stats.superiority(b)
         test = ("superiority: held = 95 % CI above 0 and the same sign in every pre-training "
                 "seed, not held = CI below 0; margin: none")
         mde_text = (f"{100 * mde:.1f} points"
                     + (f" (each task alone: {per_task_mde})" if len(tasks) > 1 else ""))
-        ci = "n/a" if b is None else f"95 % CI {ci_pts(b.ci)}"
+        ci = "n/a" if b is None else conditional(f"95 % CI {ci_pts(b.ci)}", n_pre)
     else:
-        verdict = NO_CI if b is None else stats.non_superiority(b, margin)
+        test_word = NO_CI if b is None else stats.non_superiority(b, margin)
         test = (f"non-superiority, margin δ = {100 * margin:.1f} point: held = \"no gain ≥ δ\" "
                 "when the 90 % upper bound < δ, not held = 90 % lower bound ≥ δ")
         mde_text = (f"no gain ≥ δ is shown with {100 * cfg.power:.0f} % power when the true "
                     f"difference ≤ {100 * (margin - mde):+.1f} points")
-        ci = "n/a" if b is None else (f"90 % CI {ci_pts(b.interval(0.90))}, 95 % CI "
-                                      f"{ci_pts(b.ci)}")
-    flagged = flagged_arms(params, metrics, (worse,) if margin is None else (better, worse),
-                           tasks)
-    word = verdict + (" vs a non-learning baseline" if flagged and verdict == "held" else "")
-    line = (f"- **({tag}) {claim}: {word}.** {labels} on the mean of "
+        ci = "n/a" if b is None else conditional(f"90 % CI {ci_pts(b.interval(0.90))}, 95 % CI "
+                                                 f"{ci_pts(b.ci)}", n_pre)
+    verdict = final_verdict(test_word, flagged)
+    line = (f"- **({tag}) {claim}: {verdict}.** {labels} on the mean of "
             f"{', '.join(t.upper() for t in tasks)} = {pts(est)} points over {len(points)} "
-            f"runs ({n_pre} pre-training x {n_ft} fine-tuning seeds; {pretrain_text(per, b)}), "
-            f"{ci if b is not None else NO_CI}.{_per_task(params, rows, tasks)} Test: {test}; "
-            f"hierarchical bootstrap ({cfg.bootstrap_samples:,} draws: fine-tuning seeds within "
-            "pre-training seeds, eval examples shared by every arm and run). MDE "
-            f"({100 * cfg.power:.0f} % power, this design): {mde_text}.")
-    if flagged:
-        line += (f" Against a non-learning baseline ({flagged}): does not count as "
-                 "reproducing the paper.")
-    return Finding(tag, claim, verdict, f"{pts(est)} pts", ci, mde_text, flagged, line)
+            f"runs ({n_pre} pre-training x {n_ft} fine-tuning seeds"
+            f"{_scratch_note(params, metrics, (better, worse), tasks)}; "
+            f"{pretrain_text(per, b)}), {ci if b is not None else NO_CI}."
+            f"{_per_task(params, rows, tasks)} Test: {test}; hierarchical bootstrap "
+            f"({cfg.bootstrap_samples:,} draws: eval examples shared by every arm and run, the "
+            "fine-tuning-seed error from its t distribution, pre-training seeds kept). MDE "
+            f"({100 * cfg.power:.0f} % power, this design): {mde_text}.{power}{checks}")
+    if verdict == FLAGGED:
+        line += f" The test alone says {test_word}; against a flagged arm it is inconclusive."
+    return Finding(tag, claim, verdict, f"{pts(est)} pts", ci, mde_text, flagged, line, gate_text)
 
 
 def aux_finding(params: Params, metrics: Metrics) -> Finding:
@@ -146,7 +215,7 @@ def aux_finding(params: Params, metrics: Metrics) -> Finding:
     note = (f" The paper's other half (the aux LM helps on tasks of ≥ {LARGE_TRAIN:,} training "
             f"examples) is untestable here: at most {n_train:,} per task.")
     return Finding(f.tag, f.claim, f.verdict, f.statistic, f.ci, f.mde, f.flagged,
-                   f.line + note)
+                   f.line + note, f.gate)
 
 
 def evaluate_findings(params: Params, metrics: Metrics,
@@ -178,7 +247,7 @@ def render_findings(params: Params, metrics: Metrics,
             f"{', '.join(t.upper() for t in params.report.confirmatory_tasks)}; the other "
             "columns are descriptive.", "",
             *[f.line for f in found], "",
-            "Findings that reproduce the paper (held, not against a non-learning baseline): "
+            "Findings that reproduce the paper (held, no arm flagged): "
             + (", ".join(held) if held else "none") + ".", "",
             f"The from-scratch row's auxiliary LM weight is λ = {lam_text}, our choice ("
             + ("as row 1: only the initialisation differs" if lam_text == params.finetune.lm_coef

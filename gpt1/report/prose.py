@@ -30,7 +30,7 @@ def describe_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]])
 
 def compare(finding: Finding | None, paper_claim: str) -> str:
     """The sentence comparing a Figure 2 panel with the paper, from its finding's verdict only:
-    "as in the paper" only when the test held (and not against a non-learning baseline)."""
+    "as in the paper" only when the test held, with no arm flagged."""
     if finding is None or finding.verdict == "inconclusive" and finding.statistic == "n/a":
         return "No comparison with the paper possible."
     if finding.reproduces:

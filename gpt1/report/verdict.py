@@ -18,6 +18,26 @@ from gpt1.records import Metrics, record_runs, records_digest
 from gpt1.tasks.registry import TASKS
 
 NO_CI = "no CI: predictions not available"
+UNTESTABLE = "untestable at this budget"
+FLAGGED = "inconclusive (flagged arm)"
+METHOD = "v3: t seed term by fine-tuning seed, gate, per-arm flags"
+"""The analysis a findings.json was computed with: a file of another (older) one is not
+reused by `gpt1 verdicts`, its CIs and verdicts being those of the older statistic."""
+
+
+def final_verdict(test: str, flagged: str) -> str:
+    """The verdict a finding prints: its test's, except that a test against a flagged
+    (non-learning) arm is inconclusive, whatever its CI says (no "held vs a non-learning
+    baseline": such a contrast measures the baseline's failure, not the claim)."""
+    if flagged and test not in (UNTESTABLE, NO_CI):
+        return FLAGGED
+    return test
+
+
+def conditional(ci: str, n_pretrain: int) -> str:
+    """A CI's label: it holds the pre-training seeds fixed, so it is conditional on them."""
+    return (f"{ci} (conditional on the {n_pretrain} pre-trained model"
+            f"{'s' if n_pretrain != 1 else ''})")
 
 
 @dataclass(frozen=True)
@@ -33,10 +53,12 @@ class Finding:
     mde: str
     flagged: str
     line: str
+    gate: str = ""
+    """The gate of the plan in words (pilot records; empty where the finding has none)."""
 
     @property
     def reproduces(self) -> bool:
-        """Counts as reproducing the paper: held, and not against a non-learning baseline."""
+        """Counts as reproducing the paper: held, with no arm flagged."""
         return self.verdict == "held" and not self.flagged
 
 
@@ -45,17 +67,18 @@ def findings_json(found: Sequence[Finding], metrics: Metrics, config_hash: str
     """The report's findings as data (reports/findings.json): the CIs need the per-example
     prediction files, which are not in git, so `gpt1 verdicts` reads them from here."""
     return {"records_digest": records_digest(metrics), "config_hash": config_hash,
-            "findings": [asdict(f) for f in found]}
+            "method": METHOD, "findings": [asdict(f) for f in found]}
 
 
 def saved_findings(path: Path, metrics: Metrics) -> list[Finding] | None:
     """The findings a report saved at `path`, if it was built from exactly these records
-    (same records digest); None when there is no such file or it belongs to other records."""
+    (same records digest) by this analysis (`METHOD`); None when there is no such file, or it
+    belongs to other records or to an older analysis."""
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-        if data["records_digest"] != records_digest(metrics):
+        if data["records_digest"] != records_digest(metrics) or data.get("method") != METHOD:
             return None
         names = {f.name for f in fields(Finding)}
         return [Finding(**{k: v for k, v in d.items() if k in names}) for d in data["findings"]]

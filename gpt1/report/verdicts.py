@@ -4,9 +4,11 @@ statistic and CI, the design's MDE.
 Each run is a params file (its `paths.metrics` holds the run's committed records); the
 findings are the report's own: saved by the report stage (`findings.json`, with the CIs its
 per-example prediction files gave) when the records are the ones it was built from, else
-recomputed (gpt1.report.findings). A "held" against a flagged (non-learning) arm is labelled as
-such and does not count as reproducing the paper; recomputed without the prediction files
-(they are not in git) there is no CI and the verdict says so.
+recomputed (gpt1.report.findings). A test against a flagged (non-learning) arm is
+inconclusive; a finding whose piloted arm fails the plan's gate is untestable at this budget;
+recomputed without the prediction files (they are not in git) there is no CI and the verdict
+says so. The one-line summary per run is also the README's verdict block (`--readme`), so
+the two agree word for word.
 """
 
 from __future__ import annotations
@@ -17,14 +19,22 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt1 import stats
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.document import FINDINGS_FILE
-from gpt1.report.figure2 import layer_curves, zeroshot_curves
-from gpt1.report.findings import evaluate_findings, row_mde
-from gpt1.report.verdict import Finding, component, run_points, saved_findings
+from gpt1.report.figure2 import at_floors, layer_curves, zeroshot_curves
+from gpt1.report.findings import evaluate_findings, harmonic_n, paper_gap, row_mde, row_se
+from gpt1.report.verdict import (
+    UNTESTABLE,
+    Finding,
+    component,
+    final_verdict,
+    run_points,
+    saved_findings,
+)
 
 DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
 
@@ -34,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a committed run: its name and params file (its paths.metrics "
                              f"holds the records); repeat; default: {' '.join(DEFAULT_RUNS)}")
     parser.add_argument("--out", default="reports/verdicts.md", help="output markdown file")
+    parser.add_argument("--readme", metavar="PATH",
+                        help="also rewrite the verdict block of this README (between "
+                             f"{README_START!r} and {README_END!r}) with the summary lines")
+
+
+README_START = "<!-- verdicts: written by `gpt1 verdicts` (reports/verdicts.md); do not edit -->"
+README_END = "<!-- /verdicts -->"
 
 
 def design_text(metrics: Metrics) -> str:
@@ -94,26 +111,49 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
                      + f"; RMS {100 * rms:.2f}; mean accuracy of the full row {100 * acc:.1f}.")
     sd = runs[0][2].report.design_sd if runs else None
     if sd is not None:
+        params = runs[0][2]
         lines += ["", f"Declared (`report.design_sd`): pre-training {100 * sd.pretrain:.2f}, "
                   f"seed {100 * sd.seed:.2f}, accuracy {100 * sd.accuracy:.0f}. MDE at "
                   f"{100 * runs[0][2].report.power:.0f} % power of the mean of two "
                   "confirmatory tasks (gpt1.stats.design_se, gpt1.stats.mde):", "",
-                  "| design | pre-training x fine-tuning seeds | mean n_eval | (a)/(e) MDE "
-                  "(points) | (b): no gain ≥ δ shown when the true difference ≤ (points) |",
-                  "|---|---:|---:|---:|---:|"]
-        margin = runs[0][2].report.margin
-        for label, n_pre, n_ft, n_eval in PLAN_DESIGNS:
-            two = row_mde(runs[0][2], n_pre, n_ft, n_eval, 2)
-            one = row_mde(runs[0][2], n_pre, n_ft, n_eval, 2, one_sided=True)
-            lines.append(f"| {label} | {n_pre} x {n_ft} | {n_eval:,.0f} | {100 * two:.1f} | "
-                         f"{100 * (margin - one):+.1f} |")
+                  "| design | pre-training x fine-tuning seeds | n_eval SST-2, QNLI (harmonic "
+                  "mean) | (a)/(e) MDE, mean (points) | SST-2 alone | QNLI alone | (b): no gain "
+                  "≥ δ shown when the true difference ≤ (points) | power at the paper's gap: "
+                  f"(a) {gap_text(params, 'scratch')}, (e) {gap_text(params, 'lstm')} |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        margin = params.report.margin
+        for label, n_pre, n_ft, ns in PLAN_DESIGNS:
+            n_eval = harmonic_n(ns)
+            two = row_mde(params, n_pre, n_ft, n_eval, 2)
+            alone = [row_mde(params, n_pre, n_ft, n, 1) for n in ns]
+            one = row_mde(params, n_pre, n_ft, n_eval, 2, one_sided=True)
+            se = row_se(params, n_pre, n_ft, n_eval, 2)
+            powers = [stats.power(float(np.mean(list(g.values()))), se) if g else None
+                      for g in (paper_gap(params, "full", v, DESIGN_TASKS)
+                                for v in ("scratch", "lstm"))]
+            lines.append(f"| {label} | {n_pre} x {n_ft} | {ns[0]:,}, {ns[1]:,} ({n_eval:,.0f}) "
+                         f"| {100 * two:.1f} | {100 * alone[0]:.1f} | {100 * alone[1]:.1f} | "
+                         f"{100 * (margin - one):+.1f} | "
+                         + ", ".join("n/a" if x is None else f"{100 * x:.0f} %" for x in powers)
+                         + " |")
     return lines + [""]
 
 
-PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872 + 1000) / 2),
-                ("study v2 plan (full pools)", 2, 3, (872 + 5732) / 2),
-                ("demo (SST-2 872, QNLI 250)", 1, 3, (872 + 250) / 2))
-"""(label, pre-training seeds, fine-tuning seeds, mean eval examples of SST-2 and QNLI)."""
+DESIGN_TASKS = ("sst2", "qnli")
+"""The confirmatory tasks of PLAN_DESIGNS."""
+
+
+def gap_text(params: Params, worse: str) -> str:
+    """The paper's Table 5 gap full - `worse` on DESIGN_TASKS, in points."""
+    gaps = paper_gap(params, "full", worse, DESIGN_TASKS) or {}
+    return ("mean of " + ", ".join(f"{t.upper()} {100 * g:+.1f}" for t, g in gaps.items())
+            if gaps else "n/a")
+
+
+PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872, 1000)),
+                ("study v2 plan (full pools)", 2, 3, (872, 5732)),
+                ("demo (SST-2 872, QNLI 250)", 1, 3, (872, 250)))
+"""(label, pre-training seeds, fine-tuning seeds, eval examples of SST-2 and QNLI)."""
 
 
 def run_findings(params: Params) -> tuple[Metrics, list[Finding], str]:
@@ -128,44 +168,70 @@ def run_findings(params: Params) -> tuple[Metrics, list[Finding], str]:
     saved = saved_findings(path, metrics)
     if saved is not None:
         return metrics, saved, f"findings from `{path}` (the report's; same records)"
-    left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
-    found = evaluate_findings(params, metrics, left, zeroshot_curves(metrics))
-    why = "other records" if path.is_file() else "none"
+    floored = at_floors(params, metrics)
+    left = layer_curves(floored, params.layers.tasks, params.layers.layers_transferred)
+    found = evaluate_findings(params, floored, left, zeroshot_curves(floored))
+    why = ("none" if not path.is_file() else "other records or an older analysis")
     return metrics, found, f"findings recomputed from the records (`{path}`: {why})"
 
 
-def render(runs: Sequence[tuple[str, str, Params]]) -> str:
-    """The verdict table and, per run, where it came from."""
-    rows, notes = [], []
+def summary_line(name: str, found: Sequence[Finding]) -> str:
+    """One run's verdicts in one line (verdicts.md's summary and the README's block)."""
+    words = [f"({f.tag}) {final_verdict(f.verdict, f.flagged)}" for f in found]
+    held = [f"({f.tag})" for f in found if f.reproduces]
+    return (f"- **{name}**: " + "; ".join(words) + ". Reproduces the paper (held, no arm "
+            f"flagged): {', '.join(held) if held else 'none'}.")
+
+
+def render(runs: Sequence[tuple[str, str, Params]], readme: str | None = None
+           ) -> tuple[str, list[str]]:
+    """The verdict table, its summary lines and, per run, where it came from."""
+    rows, notes, summary = [], [], []
     for name, path, params in runs:
         metrics, found, source = run_findings(params)
         notes.append(f"- **{name}**: `{path}`, records in `{params.paths.metrics}`; {source}; "
                      f"{design_text(metrics)}; bootstrap {params.report.bootstrap_samples:,} "
                      f"draws; confirmatory tasks "
                      f"{', '.join(t.upper() for t in params.report.confirmatory_tasks)}.")
+        summary.append(summary_line(name, found))
         for f in found:
-            word = f.verdict + (" vs a non-learning baseline" if f.flagged and
-                                f.verdict == "held" else "")
-            rows.append(f"| ({f.tag}) {f.claim} | {name} | {word} | {f.statistic} | {f.ci} | "
+            stat = f.statistic + (f" (gate: {f.gate})" if f.verdict == UNTESTABLE else "")
+            rows.append(f"| ({f.tag}) {f.claim} | {name} | "
+                        f"{final_verdict(f.verdict, f.flagged)} | {stat} | {f.ci} | "
                         f"{f.mde} | {f.flagged or '-'} | {'yes' if f.reproduces else 'no'} |")
-    cmd = "python -m gpt1 verdicts" + "".join(f" --run {n}={p}" for n, p, _ in runs)
+    cmd = ("python -m gpt1 verdicts" + "".join(f" --run {n}={p}" for n, p, _ in runs)
+           + (f" --readme {readme}" if readme else ""))
     return "\n".join([
         "# Verdicts across scales", "",
         f"Regenerate from the committed metrics: `{cmd}`.", "",
         "Each paper claim (a)-(e) of docs/study.md, tested as there (gpt1/report/findings.py, "
         "gpt1/stats.py), on each committed run. `held` needs the CI (a run-level hierarchical "
-        "bootstrap over per-example predictions). The prediction files are not in git: the "
+        "bootstrap over per-example predictions, conditional on the pre-trained models). The "
+        "prediction files are not in git: the "
         "report stage saves its findings, CIs included, in `findings.json` beside the report, "
-        "and they are used while the run's records are the ones the report was built from; "
+        "and they are used while the run's records are the ones the report was built from and "
+        "the analysis is this one; "
         "otherwise the findings are recomputed, and a run whose prediction files are absent "
         "has no CI and no verdict (`no CI: predictions not available`), only its point "
-        "estimate from the records' per-run scores. A flagged arm "
-        "is a non-learning baseline (>= 95 % of predictions one class, or not above the "
-        "majority baseline); a verdict against it does not reproduce the paper.", "",
+        "estimate from the records' per-run scores. A flagged arm (>= 95 % of predictions one "
+        "class in half its runs, or a CI not above the majority baseline) makes a finding "
+        "inconclusive; a finding whose piloted arm does not clear the plan's gate (pilot "
+        "records only) is untestable at this budget, with no estimate.", "",
+        "## Summary", "", *summary, "",
         "| claim | run | verdict | statistic | CI | design MDE (at report.power) | flagged arm "
         "| reproduces the paper |",
         "|---|---|---|---|---|---|---|---|", *rows, "",
-        "Runs:", "", *notes, "", *design_lines(runs)])
+        "Runs:", "", *notes, "", *design_lines(runs)]), summary
+
+
+def rewrite_readme(path: Path, summary: Sequence[str]) -> str:
+    """The README's text with its verdict block replaced by the summary lines."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if README_START not in text or README_END not in text.split(README_START, 1)[1]:
+        raise Gpt1Error(f"no verdict block ({README_START} ... {README_END})", path)
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    return head + README_START + "\n" + "\n".join(summary) + "\n" + README_END + tail
 
 
 def run(args: argparse.Namespace, params: Params) -> None:
@@ -180,5 +246,10 @@ def run(args: argparse.Namespace, params: Params) -> None:
             raise Gpt1Error(f"--run {spec!r}: expected NAME=PARAMS")
         runs.append((name, path, load_params(path)))
     out = Path(args.out)
-    atomic.write_text(out, render(runs))
+    text, summary = render(runs, args.readme)
+    readme = None if args.readme is None else rewrite_readme(Path(args.readme), summary)
+    atomic.write_text(out, text)
     print(f"wrote {out}")
+    if readme is not None:
+        atomic.write_text(Path(args.readme), readme)
+        print(f"wrote the verdict block of {args.readme}")

@@ -294,3 +294,20 @@ def test_cli_device_cuda_without_a_gpu_exits_2_before_any_output(tmp_path: Path)
                     r"\(CUDA [\d.]+\) sees no GPU)", line), line
     assert "bash setup.sh" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+def test_the_gate_margins_cover_every_confirmatory_task_and_stay_in_range() -> None:
+    """report.gate_margins (issue 31, Build 6): in every preset, a margin per confirmatory
+    task; a missing one or one out of [0, 0.5) fails naming the key."""
+    for preset in ("params.yaml", "configs/cpu-study.yaml", "configs/paper.yaml",
+                   "configs/paper-finetune.yaml"):
+        report = load_params(REPO / preset).report
+        assert set(report.confirmatory_tasks) <= set(report.gate_margins), preset
+    raw = _raw()
+    raw["report"]["gate_margins"] = {"sst2": 0.03}
+    with pytest.raises(ParamsError, match=r"^p.yaml: report.gate_margins: no margin for "
+                                          r"confirmatory task 'qnli'"):
+        parse_params(raw, "p.yaml")
+    raw["report"]["gate_margins"] = {"sst2": 0.03, "qnli": 0.7}
+    with pytest.raises(ParamsError, match=r"report.gate_margins.qnli"):
+        parse_params(raw, "p.yaml")

@@ -37,8 +37,10 @@ AUTO = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "micro_batch_seqs": "
                                   "eval_batches": 1}}
 """micro_batch_seqs: auto: each rank probes, the ranks agree on one size (2: a rank's half);
 validation on 1 global batch of 4 windows, the 2 micro-batches of 2 of the other runs."""
+ZERO1 = {**OVERRIDES, "pretrain": {**OVERRIDES["pretrain"], "zero1": True}}
+"""The Adam state sharded over the ranks (pretrain.zero1), checkpoints every 8 updates."""
 RUNS = {"plain": OVERRIDES, "sparse": SPARSE, "compiled": COMPILED, "bf16_grads": BF16_GRADS,
-        "auto": AUTO,
+        "auto": AUTO, "zero1": ZERO1,
         "eager": {**COMPILED, "pretrain": {**COMPILED["pretrain"], "compile": False}}}
 
 
@@ -58,9 +60,16 @@ def _count_host_syncs(syncs: list[int]) -> None:
     loop.stop_agreed = counted_agree
 
 
-def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
-    """One rank of a run; rank 0 writes the per-step losses and val losses to `out`, and with
-    SPARSE logging every rank writes its host syncs to out.<rank>."""
+class CrashError(Exception):
+    pass
+
+
+def _train(run_dir: Path, out: Path, run: str = "plain", crash_after: int | None = None) -> None:
+    """One rank of a run; rank 0 writes the per-step losses and val losses to `out`, every rank
+    the bytes of Adam state it holds to out.bytes.<rank>, and with SPARSE logging its host
+    syncs to out.<rank>. `crash_after`: every rank raises before update crash_after + 1 (as
+    a SIGKILL would leave it: the last checkpoint on disk, no final weights); rank 0 then
+    writes the losses so far."""
     from gpt1.model import GPT
     from gpt1.pretraining import pretrain
 
@@ -68,15 +77,33 @@ def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
     syncs: list[int] = []
     if run == "sparse":
         _count_host_syncs(syncs)
+    if crash_after is not None:
+        import gpt1.pretraining as loop
+
+        done = count_updates(loop)
+        step = loop.train_step
+
+        def crashing_step(*args, **kwargs):
+            if done[0] == crash_after:
+                raise CrashError
+            return step(*args, **kwargs)
+
+        loop.train_step = crashing_step
     params = parse_params(make_params_dict(run_dir.parent, RUNS[run]), "tiny")
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
     seen: list[tuple[int, dict]] = []
     train, val = [token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)]
-    metrics = pretrain(model, train, val, params,
-                       run_dir, {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
-                       1.0, lambda step, m: seen.append((step, m)))
-    if int(os.environ.get("RANK", "0")) == 0:
+    try:
+        metrics = pretrain(model, train, val, params, run_dir,
+                           {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
+                           1.0, lambda step, m: seen.append((step, m)))
+    except CrashError:  # rank 0 writes the losses up to the crash
+        metrics = {"world_size": None, "micro_batch_seqs": None, "history": []}
+    rank = int(os.environ.get("RANK", "0"))
+    if "optimizer_state_bytes" in metrics:
+        Path(f"{out}.bytes.{rank}").write_text(str(metrics["optimizer_state_bytes"]))
+    if rank == 0:
         losses = [m["loss"] for _, m in seen if "loss" in m]
         out.write_text(json.dumps({"losses": losses, "world": metrics["world_size"],
                                    "micro": metrics["micro_batch_seqs"],
@@ -86,10 +113,10 @@ def _train(run_dir: Path, out: Path, run: str = "plain") -> None:
 
 
 def _rank(rank: int, world: int, port: int, run_dir: Path, out: Path,
-          run: str = "plain") -> None:
+          run: str = "plain", crash_after: int | None = None) -> None:
     os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    _train(run_dir, out, run)
+    _train(run_dir, out, run, crash_after)
 
 
 def _free_port() -> int:
@@ -162,6 +189,80 @@ def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
         per_step = {done: syncs.count(done) for done in range(1, 13)}
         assert {d for d, n in per_step.items() if n} == {4, 6, 8, 12}, per_step
         assert per_step[4] >= 3  # loss, grad norm, stop agreement: the counter sees them
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+def test_zero1_equals_one_process_and_its_checkpoint_resumes_anywhere(tmp_path, monkeypatch):
+    """pretrain.zero1 on 2 ranks, killed after update 10: its 10 losses equal one unsharded
+    process's within 1e-5 (weight decay, clipping and the lr schedule unchanged), and its
+    update-8 checkpoint holds the whole Adam state, consolidated on rank 0, with the keys and
+    shapes an unsharded run writes. It resumes at update 8 to the final weights of a run never
+    stopped (<= 1e-5) on 2 zero1 ranks, each holding part of the Adam state (together all of
+    it), and on 1 process with zero1 off."""
+    import shutil
+
+    from gpt1 import checkpoint
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ref = tmp_path / "ref.json"
+    _train(tmp_path / "ref" / "run", ref)  # 1 process, zero1 off, never stopped
+    killed = tmp_path / "killed.json"
+    (tmp_path / "two").mkdir()
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", killed, "zero1", 10),
+             nprocs=2)
+    expected = json.loads(ref.read_text())["losses"]
+    losses = json.loads(killed.read_text())["losses"]
+    assert len(expected) == 12 and len(losses) == 10
+    for x, y in zip(expected, losses, strict=False):
+        assert abs(x - y) <= 1e-5, (x, y)
+    saved = checkpoint.latest_checkpoint(tmp_path / "two" / "run")
+    whole = checkpoint.latest_checkpoint(tmp_path / "ref" / "run")
+    assert saved is not None and whole is not None and saved.name == "step_00000008"
+    assert not (tmp_path / "two" / "run" / checkpoint.MODEL_FILE).exists()
+    mine, theirs = _load(saved / "optimizer.safetensors"), _load(whole / "optimizer.safetensors")
+    assert {k: v.shape for k, v in mine.items()} == {k: v.shape for k, v in theirs.items()}
+    groups = [checkpoint.read_checkpoint_state(c)["optimizer_groups"] for c in (saved, whole)]
+    assert [{k: v for k, v in g.items() if k != "lr"} for g in groups[0]] == [
+        {k: v for k, v in g.items() if k != "lr"} for g in groups[1]]
+    shutil.copytree(tmp_path / "two", tmp_path / "one")
+    two = tmp_path / "two.json"
+    mp.spawn(_rank, args=(2, _free_port(), tmp_path / "two" / "run", two, "zero1"), nprocs=2)
+    _train(tmp_path / "one" / "run", tmp_path / "one.json")  # zero1 off, 1 process
+    final = _load(tmp_path / "ref" / "run" / checkpoint.MODEL_FILE)
+    for name in ("two", "one"):
+        assert json.loads((tmp_path / f"{name}.json").read_text())["losses"] == pytest.approx(
+            expected[8:], abs=1e-5)  # resumed at update 8: updates 9-12 only
+        weights = _load(tmp_path / name / "run" / checkpoint.MODEL_FILE)
+        assert weights.keys() == final.keys()
+        for key in final:
+            assert (weights[key] - final[key]).abs().max().item() <= 1e-5, (name, key)
+    shards = [int(Path(f"{two}.bytes.{r}").read_text()) for r in (0, 1)]
+    assert sum(shards) == int(Path(f"{ref}.bytes.0").read_text()), shards
+    assert 0 < min(shards) <= max(shards) < 0.75 * sum(shards), shards
+
+
+def test_zero1_owners_split_by_size_and_auto_micro_batch_counts_the_shard(monkeypatch):
+    """Owners: largest parameter first, to the least-loaded rank (ties: the lowest). Rank 1 of
+    2 keeps the moments of its parameters only, and `micro_batch_seqs: auto` reserves just
+    those (no process group: the rank and world size are patched; the constructor talks to no
+    other rank)."""
+    from gpt1 import micro_batch, zero1
+    from gpt1.model import GPT
+
+    assert zero1.owners([10, 1, 5, 5], 2) == [0, 0, 1, 1]
+    assert zero1.owners([3, 3, 3], 1) == [0, 0, 0]
+    params = parse_params(make_params_dict(Path("unused")), "tiny")
+    model = GPT(params.model, VOCAB)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda: 1)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    opt = zero1.sharded_optimizer(model, 1e-3, (0.9, 0.999), 1e-8, 0.01)
+    mine = sum(p.numel() * 4 for p in model.parameters() if opt.owns(p))
+    whole = sum(p.numel() * 4 for p in model.parameters())
+    assert 0 < mine < whole
+    assert micro_batch.unallocated_bytes(model, opt, 2, bucket_view=True) == 2 * mine
+    shards = zero1.state_bytes_per_rank(model, 2)
+    assert shards[1] == 2 * mine + 4 * sum(opt.owns(p) for p in model.parameters())
+    assert sum(shards) == zero1.state_bytes_per_rank(model, 1)[0]
 
 
 def _load(path: Path) -> dict:

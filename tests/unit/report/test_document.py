@@ -16,7 +16,16 @@ import pytest
 from gpt1 import records
 from gpt1.config import load_params
 from gpt1.errors import Gpt1Error
-from gpt1.report import contrasts, curve_tests, document, figure2, findings, prose, tables
+from gpt1.report import (
+    contrasts,
+    curve_tests,
+    document,
+    figure2,
+    findings,
+    pilots,
+    prose,
+    tables,
+)
 from gpt1.report.verdict import Finding
 from tests.helpers.repo import REPO
 from tests.helpers.report_metrics import TABLE_TASKS, fixture_metrics, preds_json, task_json
@@ -179,7 +188,7 @@ def test_plot_files_have_every_curve_column(tmp_path: Path) -> None:
 
 def test_prose_says_as_in_the_paper_only_when_the_finding_held() -> None:
     """The Figure 2 sentences come from the verdicts: a rising curve whose test did not hold
-    (or held only against a non-learning baseline) is not called "as in the paper"."""
+    (or tested against a flagged arm) is not called "as in the paper"."""
     def finding(verdict: str, flagged: str = "") -> Finding:
         return Finding("d", "rises", verdict, "+0.1", "[0.0, 0.2]", "0.05", flagged, "")
 
@@ -239,7 +248,8 @@ def test_finding_a_verdict_from_the_run_level_bootstrap(make_params, tmp_path: P
     mean; its estimate is the difference of the two rows' means; the line names its test,
     margin and MDE."""
     params = make_params({"report": {"bootstrap_samples": 200,
-                                     "confirmatory_tasks": ["sst2", "cola"]}})
+                                     "confirmatory_tasks": ["sst2", "cola"],
+                                     "gate_margins": {"sst2": 0.03, "cola": 0.03}}})
     metrics = {}
     for variant, acc in (("full", full), ("scratch", scratch)):
         for task in ("sst2", "cola"):
@@ -253,12 +263,14 @@ def test_finding_a_verdict_from_the_run_level_bootstrap(make_params, tmp_path: P
     assert f"= {100 * (avg['full'] - avg['scratch']):+.1f} points over 3 runs" in f.line
     assert "Test: superiority" in f.line and "margin: none" in f.line and "MDE" in f.line
     assert "Holm" in f.line
+    assert "to find the paper's own gap (SST2 +7.3, COLA +26.5; mean +16.9 points): " in f.line
 
 
-def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path: Path
-                                                           ) -> None:
-    """An arm that always predicts one class is flagged in its table and a "held"
-    against it is labelled "vs a non-learning baseline" and does not reproduce the paper."""
+def test_a_test_against_a_constant_predictor_is_inconclusive(make_params, tmp_path: Path
+                                                             ) -> None:
+    """An arm that always predicts one class is flagged in its table and in the finding, with
+    its degenerate runs counted; a test against it is inconclusive whatever its CI says (no
+    "held vs a non-learning baseline") and does not reproduce the paper."""
     params = make_params({"report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]}})
     full = preds_json(tmp_path, "full", "sst2", [0.85, 0.8, 0.9], 400)
     const = preds_json(tmp_path, "scratch", "sst2", [0.5, 0.5, 0.5], 400)
@@ -268,8 +280,12 @@ def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path
         df.to_parquet(path)
     metrics = {"finetune_sst2": full, "finetune_scratch_sst2": const}
     f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
-    assert f.verdict == "held" and f.flagged and not f.reproduces
-    assert "held vs a non-learning baseline" in f.line and "100 % one class" in f.line
+    assert f.verdict == "inconclusive (flagged arm)" and f.flagged and not f.reproduces
+    assert "The test alone says held" in f.line and "non-learning baseline" not in f.line
+    assert "Transformer w/o pre-training on SST2: 3 of 3 runs >= 95 % one class (p0 f0, " \
+        "p0 f1, p0 f2)" in f.line
+    assert "Transformer w/ aux LM (full) on SST2: 0 of 3 runs >= 95 % one class" in f.line
+    assert "(conditional on the 1 pre-trained model)" in f.ci
     res = records.variant_results(metrics, "scratch")
     preds = contrasts.row_predictions(res)
     ci = contrasts.contrast([preds], [1.0], [["sst2.acc"]], params)
@@ -278,6 +294,64 @@ def test_a_verdict_against_a_constant_predictor_is_flagged(make_params, tmp_path
     assert contrasts.column_cell(res, ["sst2.acc"], {}).delta(91.3, flags) == "— (flagged)"
     table = tables.render_ablations(params, metrics)
     assert "— (flagged)" in table and "| flag |" in table
+
+
+def _pilot(variant: str, best: float, majority: float | None) -> dict[str, Any]:
+    """An lr-pilot record whose chosen configuration scored `best` on a carved split of
+    majority share `majority` (None: an older record without it)."""
+    out = {"variant": variant, "task": "sst2", "grid": [6.25e-5, 5e-4],
+           "dev_scores": {"6.25e-05": 0.5, "0.0005": best}, "chosen_lr": 5e-4,
+           "dev_split": "500 examples carved from the training pool"}
+    return out if majority is None else {**out, "dev_majority": majority}
+
+
+@pytest.mark.parametrize(("best", "majority", "testable"), [
+    (0.62, 0.606, False),  # the study v2 scratch pilot: 62.0 < 60.6 + 3
+    (0.65, 0.606, True),
+    (0.99, None, False),   # no majority of the pilot split: the gate is undecided
+])
+def test_the_gate_decides_from_the_pilot_records_alone(make_params, tmp_path: Path, best,
+                                                       majority, testable) -> None:
+    """A baseline whose best pilot configuration does not score its pilot split's majority +
+    the margin (SST-2: 3 points) makes (a) "untestable at this budget", with no estimate, even
+    though the scored runs show a large difference; the gate and every arm's pilot row are
+    printed; an arm that is not piloted is not gated."""
+    params = make_params({"report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]}})
+    metrics = {"finetune_sst2": preds_json(tmp_path, "full", "sst2", [0.85, 0.8, 0.9], 400),
+               "finetune_scratch_sst2": preds_json(tmp_path, "scratch", "sst2",
+                                                    [0.6, 0.62, 0.6], 400),
+               "lr_pilot_scratch_sst2": _pilot("scratch", best, majority),
+               "lr_pilot_no_aux_sst2": {"variant": "no_aux", "task": "sst2",
+                                        "not_piloted": "the recipe's lr"}}
+    f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
+    assert f.verdict == ("held" if testable else "untestable at this budget"), f.line
+    assert ("points over" in f.line) == testable and (f.statistic == "n/a") != testable
+    assert "to find the paper's own gap (SST2 +7.3 points): " in f.line  # a design property
+    assert "Transformer w/o pre-training on SST2:" in f.gate
+    assert ("needs majority 60.6 + 3.0 = 63.6" in f.gate) == (majority is not None)
+    lines = pilots.pilot_section(params, metrics)
+    assert any(line.startswith("| Transformer w/o pre-training | sst2 | 6.25e-05, 0.0005 | "
+                               "6.25e-05: 50.0, 0.0005: ") for line in lines)
+    assert any("| Transformer w/o aux LM | sst2 | not piloted" in line for line in lines)
+    no_aux = pilots.gate(params, metrics, "no_aux", "sst2")
+    assert no_aux.status == "not gated"
+
+
+def test_a_scratch_arm_counts_once_per_fine_tuning_seed(make_params, tmp_path: Path) -> None:
+    """The from-scratch arm has no pre-training seed: its records of two pre-training seeds
+    repeat 3 runs, which count as 3 in its flags and its Table 5 cell, not 6."""
+    params = make_params({"report": {"bootstrap_samples": 200}})
+    metrics = {}
+    for p in (0, 1):
+        rec = preds_json(tmp_path, "scratch", "sst2", [0.5, 0.5, 0.5], 400)
+        rec.update(pretrain_seed=p, seeds=[0, 1, 2], init="scratch")
+        metrics[f"finetune_scratch_sst2_p{p}"] = rec
+    res = records.variant_results(metrics, "scratch")
+    runs = contrasts.row_predictions(res)["sst2"]
+    assert len(runs) == 6 and len(contrasts.distinct_runs(res["sst2"], runs)) == 3
+    assert contrasts.run_text(res, "sst2", runs, params).startswith("0 of 3 runs")
+    cell = contrasts.column_cell(res, ["sst2.acc"], {})
+    assert cell.seeds == 3 and cell.mean == pytest.approx(0.5)
 
 
 def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
@@ -435,12 +509,12 @@ def test_the_report_prints_the_lr_each_pilot_chose(make_params, tmp_path: Path) 
         "dev_scores": {"6.25e-05": 0.51, "0.00025": 0.6, "0.001": 0.55}, "chosen_lr": 2.5e-4,
         "dev_split": "carved from SST-2 train"}
     metrics["finetune_scratch_sst2"].update(lr=2.5e-4, warmup_steps=1)
-    lines = document.lr_section(params, metrics)
+    lines = pilots.pilot_section(params, metrics)
     assert "| Transformer w/o pre-training | sst2 | 6.25e-05, 0.00025, 0.001 |" in lines[2]
-    assert "| 0.00025 | carved from SST-2 train |" in lines[2]
+    assert "| 0.00025 | n/a | undecided | carved from SST-2 train |" in lines[2]
     assert "Transformer w/o pre-training: lr 0.00025, warm-up 1-1 steps" in lines[-1]
     text = document.build_report(params, metrics, "h", "f.png", {})
-    assert "### Learning rates (pilot on a carved dev split)" in text
+    assert "### Pilots (on a split carved from the training pool) and the gate" in text
 
 
 def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None:
@@ -527,7 +601,9 @@ def test_finding_c_flags_a_k_arm_that_answers_one_class(make_params, tmp_path: P
                                    figure2.layer_curves(metrics, ["sst2"], [0, 1, 2]))
     assert f.flagged.startswith("k = 0 on SST2: 6 of 6 runs >= 95 % one class")
     assert "CI not above majority 50.0" in f.flagged and "k = 1" not in f.flagged
-    assert "Flagged arms (k = 0 on SST2" in f.line and not f.reproduces
+    assert "; flagged: k = 0 on SST2" in f.line and not f.reproduces
+    assert f.verdict == "inconclusive (flagged arm)" and "The test alone says held" in f.line
+    assert "k = 0 on SST2: 6 of 6 runs >= 95 % one class (p0 f0," in f.line
 
 
 def test_the_design_mde_of_a_task_mean_uses_the_harmonic_n(tiny_params) -> None:
@@ -537,3 +613,21 @@ def test_the_design_mde_of_a_task_mean_uses_the_harmonic_n(tiny_params) -> None:
     assert n == pytest.approx(2 / (1 / 872 + 1 / 5732))
     assert findings.row_mde(tiny_params, 2, 3, n, 2) > findings.row_mde(tiny_params, 2, 3, 3302, 2)
     assert findings.harmonic_n([0, 500]) == 500
+
+
+def test_sst2_zero_shot_is_normalised_at_its_majority(make_params, tmp_path: Path) -> None:
+    """report.zeroshot_floors (SST-2: 0.509, its majority share): a zero-shot SST-2 score equal
+    to the majority is 0 of the normalised scale, not (0.509 - 0.5) / 0.432 = 0.02; the
+    other tasks keep the record's normalisation; renormalising twice changes nothing."""
+    params = make_params({})
+    rec = _zeroshot_json(tmp_path, "transformer", {1: 0.509, 10: 0.7}, 400)
+    rec["checkpoints"][0]["normalised"]["cola"] = 0.25
+    floored = figure2.at_floors(params, {"zeroshot": rec})
+    cps = floored["zeroshot"]["checkpoints"]
+    assert cps[0]["normalised"]["sst2"] == pytest.approx(0.0)
+    assert cps[1]["normalised"]["sst2"] == pytest.approx((0.7 - 0.509) / (0.932 - 0.509))
+    assert cps[0]["normalised"]["cola"] == 0.25 and rec["norm"]["sst2"]["random"] == 0.5
+    assert figure2.at_floors(params, floored) == floored
+    plain = _zeroshot_json(tmp_path, "transformer", {1: 0.509, 10: 0.7}, 400)
+    text = document.build_report(params, {"zeroshot": plain}, "h", "f.png", {})
+    assert "sst2 acc: floor 0.509 (report.zeroshot_floors; random guess 0.5)" in text

@@ -1,10 +1,12 @@
-"""`gpt1 verdicts`: claims (a)-(e) x each run -> verdict, statistic, CI and design MDE; a
-"held" against a flagged (constant) arm is labelled and never counts as reproducing the paper;
-a run without prediction files gets no CI and says so."""
+"""`gpt1 verdicts`: claims (a)-(e) x each run -> verdict, statistic, CI and design MDE; a test
+against a flagged (constant) arm is inconclusive and never counts as reproducing the paper;
+a run without prediction files gets no CI and says so; the README's verdict block is the
+summary, word for word."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +14,9 @@ import pytest
 import yaml
 
 from gpt1.__main__ import main
+from gpt1.report.verdicts import README_END, README_START
 from tests.helpers.params import make_params_dict
+from tests.helpers.repo import REPO
 from tests.helpers.report_metrics import fixture_metrics, preds_json
 
 
@@ -50,17 +54,28 @@ def test_verdict_table_across_runs(tmp_path: Path) -> None:
     for stem, body in records.items():
         (new_metrics / f"{stem}.json").write_text(json.dumps(body))
     out = tmp_path / "verdicts.md"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\nabove\n{README_START}\nstale line\n{README_END}\nbelow\n")
     assert main(["verdicts", "--run", f"old={old}", "--run", f"new={new}",
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--readme", str(readme)]) == 0
     text = out.read_text()
+    block = readme.read_text().split(README_START)[1].split(README_END)[0].strip().splitlines()
+    assert [line for line in block if line.startswith("- **")] == block and len(block) == 2
+    assert all(line in text.splitlines() for line in block)  # word for word
+    assert "stale line" not in readme.read_text() and readme.read_text().endswith("below\n")
+    assert "- **new**: (a) inconclusive (flagged arm); (b) " in block[1]
     rows = _rows(text)
     assert {run for _, run in rows} == {"old", "new"} and len(rows) == 10
     assert {tag for tag, _ in rows} == {"(a)", "(b)", "(c)", "(d)", "(e)"}
     verdict, stat, ci, mde, flagged, reproduces = rows[("(a)", "new")]
-    assert verdict == "held vs a non-learning baseline" and "one class" in flagged
+    assert verdict == "inconclusive (flagged arm)" and "one class" in flagged
     assert reproduces == "no" and ci.startswith("95 % CI [") and "points" in mde
+    assert "(conditional on the 1 pre-trained model)" in ci
     assert rows[("(a)", "old")][0] == "no CI: predictions not available"
     assert all(r[0] != "held" or r[4] == "-" for r in rows.values())  # never held vs flagged
+    assert "non-learning baseline" not in text
+    assert "(e) mean of SST2 +0.8, QNLI +7.0 |" in text  # the paper's gap of (e), with its power
+    assert "| study v2 plan (full pools) | 2 x 3 | 872, 5,732 (1,514) | 4.4 |" in text
     assert "old design" in text and f"--run new={new}" in text
 
 
@@ -120,3 +135,28 @@ def test_a_damaged_findings_file_is_one_line(tmp_path: Path, capsys) -> None:
     assert main(["verdicts", "--run", f"run={path}", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "findings.json: not a findings file" in err and not out.exists()
+
+
+def test_a_readme_without_the_verdict_block_is_one_line(tmp_path: Path, capsys) -> None:
+    path, metrics_dir = _params_file(tmp_path, "run", {})
+    fixture_metrics(metrics_dir)
+    readme = tmp_path / "README.md"
+    readme.write_text("# no block\n")
+    out = tmp_path / "v.md"
+    assert main(["verdicts", "--run", f"run={path}", "--out", str(out), "--readme",
+                 str(readme)]) == 2
+    assert "README.md: no verdict block" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_committed_readme_quotes_the_committed_verdicts_word_for_word() -> None:
+    """S4: the README's verdict lines are verdicts.md's summary (one source: `gpt1 verdicts
+    --readme README.md` writes both), and no other README line states a finding's outcome."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    verdicts = (REPO / "reports" / "verdicts.md").read_text(encoding="utf-8")
+    block = readme.split(README_START)[1].split(README_END)[0].strip().splitlines()
+    summary = verdicts.split("## Summary\n\n")[1].split("\n\n")[0].splitlines()
+    assert block == summary and block
+    outside = readme.replace(readme[readme.index(README_START):readme.index(README_END)], "")
+    for word in ("held", "reproduce the paper", "non-learning", "inconclusive", "untestable"):
+        assert word not in outside, word
+    assert not re.search(r"\([a-e]\)[^|\n]{0,40}\b(reproduces?|holds?)\b", outside)
