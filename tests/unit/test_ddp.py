@@ -192,6 +192,7 @@ def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_zero1_equals_one_process_and_its_checkpoint_resumes_anywhere(tmp_path, monkeypatch):
     """pretrain.zero1 on 2 ranks, killed after update 10: its 10 losses equal one unsharded
     process's within 1e-5 (weight decay, clipping and the lr schedule unchanged), and its
