@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny params with every path under tmp_path, seeding, the gpu marker."""
+"""Shared fixtures and hooks: tiny params with every path under tmp_path, seeding, one thread,
+the gpu skip and the slow mark on every end-to-end test. Shared builders are in tests/helpers/."""
 
 from __future__ import annotations
 
