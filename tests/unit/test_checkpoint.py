@@ -45,6 +45,7 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
     raise AssertionError("run neither reached the kill point nor finished")
 
 
+@pytest.mark.slow
 def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
     """Kills mid-training and mid-checkpoint-write, each followed by a re-run."""
     _, ref = prepare_run(tmp_path, "ref", {})

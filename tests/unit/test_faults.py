@@ -48,6 +48,7 @@ def _gpt1_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("gpt1 ")]
 
 
+@pytest.mark.slow
 def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     """Ctrl-C in a running `gpt1 pretrain` saves, says so in one line, exits 130; the
     re-run resumes to the same final weights as a run never stopped."""
@@ -179,6 +180,7 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
         "train_ids_seed0.parquet", "train_ids_seed1.parquet"]
 
 
+@pytest.mark.slow
 def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
     """SIGKILL while shard_corpus writes its temp directory; the re-run removes it."""
     params_file, params = prepare_run(tmp_path, "run", {})

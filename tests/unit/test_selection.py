@@ -57,6 +57,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     return params, read_metrics(params.paths.metrics)
 
 
+@pytest.mark.slow
 def test_scored_ids_are_never_selection_or_training_ids(tiny_run) -> None:
     params, metrics = tiny_run
     runs = ["finetune_sst2_p1234", "finetune_scratch_sst2_p1234", "finetune_lstm_sst2_p1234",
@@ -82,6 +83,7 @@ def test_scored_ids_are_never_selection_or_training_ids(tiny_run) -> None:
     assert metrics["layers_sst2_1_p1234"]["layers_transferred"] == 1
 
 
+@pytest.mark.slow
 def test_the_lr_pilot_chooses_on_training_rows_only(tiny_run) -> None:
     params, metrics = tiny_run
     pilot = metrics["lr_pilot_scratch_sst2"]
