@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpt1 import atomic, freshness
+from gpt1 import atomic, freshness, names
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.registry import TASKS, Origin, TaskSpec
@@ -72,7 +72,7 @@ def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
     return path, info_path
 
 
-def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: str,
+def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, body: str, variant: str,
                     result: dict[str, Any], sample: dict[str, str], out_dir: Path,
                     pretrain_seed: int) -> dict[str, Any]:
     """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
@@ -98,7 +98,8 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
         "train_split": f"{spec.sources['train']}{sample['train']}",
         "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
         "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "backend": result["backend"],
+        "init": ft.init, "body": names.body(body), "lm_coef": hp.lm_coef,
+        "backend": result["backend"],
         "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
         "pretrain_seed": pretrain_seed, "select": hp.select, "lr": hp.lr,
         "warmup_steps": result["seeds"][0]["warmup_steps"],
@@ -257,12 +258,14 @@ def layer_results(metrics: Metrics, task: str, k: int) -> dict[str, Any] | None:
 
 
 def first_run(metrics: Metrics, stem: str, **fields: Any) -> dict[str, Any] | None:
-    """The record `stem` of a single-run layout, else the record whose fields match `fields`
-    with the lowest pretrain_seed (one record per pre-training run); None without either."""
+    """The record `stem` of a single-run layout, else the one of stage `stem` whose fields
+    match `fields` with the lowest pretrain_seed (one record per pre-training run, stem
+    `<stem>_p<pretrain_seed>`: gpt1.names.record_stem); None without either."""
     if stem in metrics:
         return metrics[stem]
-    hits = sorted((m.get("pretrain_seed", 0), s) for s, m in metrics.items()
-                  if all(m.get(k) == v for k, v in fields.items()))
+    hits = sorted((m["pretrain_seed"], s) for s, m in metrics.items()
+                  if "pretrain_seed" in m and s == names.record_stem(stem, m["pretrain_seed"])
+                  and all(m.get(k) == v for k, v in fields.items()))
     return metrics[hits[0][1]] if hits else None
 
 

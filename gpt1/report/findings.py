@@ -17,7 +17,7 @@ from gpt1.config import Params
 from gpt1.records import Metrics, variant_results
 from gpt1.report.contrasts import cell_flags, contrast, row_predictions
 from gpt1.report.curve_tests import layers_finding, zeroshot_finding
-from gpt1.report.verdict import (
+from gpt1.report.estimates import (
     NO_CI,
     Finding,
     ci_pts,

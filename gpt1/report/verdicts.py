@@ -22,9 +22,9 @@ from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.document import FINDINGS_FILE
+from gpt1.report.estimates import Finding, component, run_points, saved_findings
 from gpt1.report.figure2 import layer_curves, zeroshot_curves
 from gpt1.report.findings import evaluate_findings, row_mde
-from gpt1.report.verdict import Finding, component, run_points, saved_findings
 
 DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
 

@@ -22,9 +22,11 @@ Read with `ast` (nothing is imported), over every module of gpt1/ and pipelines/
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from spec_doc import REPO
 
@@ -189,3 +191,56 @@ def test_cycle_finder_and_import_reader_on_known_graphs(tmp_path: Path) -> None:
     graph = unit_graph(all_imports(files), files)
     assert graph["gpt1.data"] == {"gpt1.errors", "gpt1.stages"}
     assert cycles(graph) == [["gpt1.data", "gpt1.stages"]]
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def layer_table(text: str) -> list[list[str]]:
+    """The layer table of docs/architecture.md ("## Modules and layers"), bottom layer first:
+    each layer's paths (`gpt1/errors.py`, folders as `gpt1/data/`) as its modules column
+    lists them."""
+    section = text.split("## Modules and layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]  # head, rule
+    return [re.findall(r"`([^`]+)`", row.split("|")[2]) for row in rows]
+
+
+def layer_of(path: str, layers: list[list[str]]) -> int | None:
+    """The index of the layer listing `path` (a file, or the longest listed folder above it)."""
+    best: tuple[int, int] | None = None
+    for i, entries in enumerate(layers):
+        for entry in entries:
+            if path == entry or (entry.endswith("/") and path.startswith(entry)):
+                if best is None or len(entry) > best[1]:
+                    best = (i, len(entry))
+    return None if best is None else best[0]
+
+
+def test_imports_follow_the_documented_layers() -> None:
+    """docs/architecture.md's layer table lists every module once, and a module imports only
+    from its own layer or those below (ALLOWED_UPWARD aside)."""
+    layers = layer_table(ARCHITECTURE.read_text(encoding="utf-8"))
+    files = module_files()
+    where = {m: str(p.relative_to(REPO)) for m, p in files.items()}
+    unlisted = sorted(path for m, path in where.items()
+                      if layer_of(path, layers) is None and not path.endswith("__init__.py"))
+    assert not unlisted, f"modules missing from the layer table of {ARCHITECTURE.name}: {unlisted}"
+    up = sorted(f"{where[e.importer]}:{e.lineno} imports {where[e.imported]}"
+                for e in all_imports(files)
+                if (e.importer, e.imported) not in ALLOWED_UPWARD
+                and not where[e.importer].endswith("__init__.py")
+                and not where[e.imported].endswith("__init__.py")
+                and cast(int, layer_of(where[e.imported], layers))
+                > cast(int, layer_of(where[e.importer], layers)))
+    assert not up, f"imports upward through the layers of {ARCHITECTURE.name}: {up}"
+
+
+def test_layer_table_reader_on_a_known_table() -> None:
+    text = ("## Modules and layers\n\n| layer | modules | role |\n|---|---|---|\n"
+            "| base | `gpt1/errors.py`, `gpt1/data/` | x |\n| top | `gpt1/data/checks.py` | y |\n"
+            "\n## Next\n| no | `gpt1/stages.py` | z |\n")
+    layers = layer_table(text)
+    assert layers == [["gpt1/errors.py", "gpt1/data/"], ["gpt1/data/checks.py"]]
+    assert layer_of("gpt1/data/shards.py", layers) == 0
+    assert layer_of("gpt1/data/checks.py", layers) == 1  # the most specific entry
+    assert layer_of("gpt1/stages.py", layers) is None

@@ -18,7 +18,7 @@ from gpt1 import records, scoring
 from gpt1.config import load_params
 from gpt1.errors import Gpt1Error
 from gpt1.report import contrasts, curve_tests, document, figure2, findings, prose, tables
-from gpt1.report.verdict import Finding
+from gpt1.report.estimates import Finding
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "assets" / "report_golden.md"
@@ -93,7 +93,7 @@ def fixture_metrics(root: Path) -> Path:
                 "eval_split": f"{task} dev split (fixture)", "n_train": 64, "n_eval": 32,
                 "config_hash": "fixture0hash"}
     for stem, model, wiggle in (("zeroshot", "transformer", 0.0), ("zeroshot_lstm", "lstm", 0.1)):
-        files[stem] = {"model": model, "config_hash": "fixture0hash", "checkpoints": [
+        files[stem] = {"body": model, "config_hash": "fixture0hash", "checkpoints": [
             {"step": step, "scores": {"sst2": 0.5 + 0.01 * j, "cola": 0.02 * j,
                                       "race": 0.25 + 0.01 * j, "dprd": 0.5},
              "normalised": {
@@ -397,7 +397,7 @@ def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
         rows.append({"step": step, "scores": {"sst2": frac}, "normalised": {"sst2": norm}})
     path = root / f"zs_{model}.parquet"
     pd.concat(frames).to_parquet(path)
-    return {"model": model, "checkpoints": rows, "predictions": str(path),
+    return {"body": model, "checkpoints": rows, "predictions": str(path),
             "norm": {"sst2": {"metric": "acc", "random": 0.5, "sota": 0.932}}}
 
 

@@ -38,7 +38,7 @@ def _tokens(n: int, seed: int) -> np.ndarray:
 def _run(params, run_dir, on_metrics=lambda s, m: None):
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
-    meta = {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
+    meta = {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
     train = [_tokens(3000, 1), _tokens(2000, 2)]
     val = [_tokens(1000, 3)]
     return pretrain(model, train, val, params, run_dir, meta, 1.0, on_metrics)
