@@ -144,8 +144,9 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
     if metrics_dir is None:
         return None
     stem = f"finetune_{meta['task']}" if meta.get("task") else "pretrain"
-    seed = meta.get("pretrain_seed")  # the record of that pre-training run, else the old stem
-    for name in ([names.record_stem(stem, seed)] if seed is not None else []) + [stem]:
+    pretrain_seed = meta.get("pretrain_seed")  # that pre-training run's record, else the old stem
+    for name in ([names.record_stem(stem, pretrain_seed)] if pretrain_seed is not None
+                 else []) + [stem]:
         path = Path(metrics_dir) / f"{name}.json"
         if path.is_file():
             return dict(json.loads(path.read_text(encoding="utf-8")))
