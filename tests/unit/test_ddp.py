@@ -96,7 +96,7 @@ def _train(run_dir: Path, out: Path, run: str = "plain", crash_after: int | None
     train, val = [token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)]
     try:
         metrics = pretrain(model, train, val, params, run_dir,
-                           {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
+                           {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
                            1.0, lambda step, m: seen.append((step, m)))
     except CrashError:  # rank 0 writes the losses up to the crash
         metrics = {"world_size": None, "micro_batch_seqs": None, "history": []}
@@ -293,8 +293,8 @@ def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch)
     assert main(["--params", str(two_file), "pretrain", "--pretrain-seed", str(seed)]) == 0
     info = json.loads((Path(two.paths.metrics) / f"pretrain_p{seed}.info.json").read_text())
     assert json.dumps(info).count('"world_size": 2') == 1
-    a = _load(checkpoint.pretrain_dir(one, "gpt") / "model.safetensors")
-    b = _load(checkpoint.pretrain_dir(two, "gpt", seed) / "model.safetensors")
+    a = _load(checkpoint.pretrain_dir(one, "transformer") / "model.safetensors")
+    b = _load(checkpoint.pretrain_dir(two, "transformer", seed) / "model.safetensors")
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max().item() <= 1e-5, name
@@ -387,7 +387,7 @@ def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_pa
     proc = subprocess.Popen([sys.executable, "-m", "gpt1", "--params", str(params_file),
                              "pretrain"], cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    run_dir = checkpoint.pretrain_dir(params, "gpt")
+    run_dir = checkpoint.pretrain_dir(params, "transformer")
     deadline = time.monotonic() + 120
     while checkpoint.latest_checkpoint(run_dir) is None and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()

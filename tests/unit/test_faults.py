@@ -55,7 +55,7 @@ def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     _, ref = prepare_run(tmp_path, "ref", SHORT)
     pretrain_stages.pretrain(ref)
     params_file, run = prepare_run(tmp_path, "stopped", SHORT)
-    run_dir = checkpoint.pretrain_dir(run, "gpt")
+    run_dir = checkpoint.pretrain_dir(run, "transformer")
     proc = _cli(params_file, "pretrain")
     first = run_dir / checkpoint.ZEROSHOT_DIR / "step_00000004.safetensors"  # end of warm-up
     deadline = time.monotonic() + 120
@@ -72,7 +72,7 @@ def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     assert checkpoint.latest_checkpoint(run_dir).name == f"step_{step:08d}"
     rerun = _cli(params_file, "pretrain")
     assert rerun.wait(timeout=180) == 0, rerun.stderr.read()
-    ref_dir = checkpoint.pretrain_dir(ref, "gpt")
+    ref_dir = checkpoint.pretrain_dir(ref, "transformer")
     for name in (checkpoint.MODEL_FILE, "zeroshot/step_00000032.safetensors"):
         assert (run_dir / name).read_bytes() == (ref_dir / name).read_bytes()
 

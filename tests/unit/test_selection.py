@@ -44,7 +44,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
     tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
                         params.paths.tokenizer)
-    for kind in ("gpt", "lstm"):  # stand-ins for the pre-trained LMs of pre-training seed 1234
+    for kind in ("transformer", "lstm"):  # stand-ins: pre-trained LMs of pre-training seed 1234
         model = networks.build_model(kind, params, tok.vocab_size)
         checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
             "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,

@@ -409,7 +409,7 @@ def test_compiled_fused_model_has_no_graph_breaks_and_eager_loss() -> None:
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["gpt", "lstm"])
+@pytest.mark.parametrize("kind", ["transformer", "lstm"])
 def test_build_model_installs_the_params_backend(make_params, kind: str) -> None:
     """networks.build_model (every stage's model) applies model.backend; `torch` leaves the
     model as written, `auto` on CPU fuses it."""

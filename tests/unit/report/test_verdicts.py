@@ -149,7 +149,7 @@ def test_a_readme_without_the_verdict_block_is_one_line(tmp_path: Path, capsys) 
 
 
 def test_the_committed_readme_quotes_the_committed_verdicts_word_for_word() -> None:
-    """S4: the README's verdict lines are verdicts.md's summary (one source: `gpt1 verdicts
+    """The README's verdict lines are verdicts.md's summary (one source: `gpt1 verdicts
     --readme README.md` writes both), and no other README line states a finding's outcome."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     verdicts = (REPO / "reports" / "verdicts.md").read_text(encoding="utf-8")

@@ -46,9 +46,9 @@ def registered(make_params, tmp_path: Path, monkeypatch):
         with torch.no_grad():  # a head large enough that different inputs score differently
             torch.nn.init.normal_(model.head.linear.weight, std=1.0)
         dirs[task] = Path(params.paths.finetuned) / task / predict.MODEL_DIR
-        predict.save_task_model(dirs[task], model, params, task, "gpt", tok)
+        predict.save_task_model(dirs[task], model, params, task, "transformer", tok)
         with tracking.start_run(f"finetune_{task}", params):
-            logged_models.log_model(params, dirs[task], "gpt", TASKS[task], table)
+            logged_models.log_model(params, dirs[task], "transformer", TASKS[task], table)
     return params, dirs
 
 
