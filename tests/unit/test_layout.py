@@ -234,9 +234,9 @@ def layer_count(graph: Mapping[str, set[str]]) -> int:
 
 # The import graph of gpt1/ and pipelines/ between units (unit_of), every import counted,
 # without ALLOWED_UPWARD: 50 units, 229 edges, 15 layers before the stage table and the
-# gpt1/stages/ package (commit 8443507); 49, 209 and 12 with them; 225 and 12 once gpt1/names.py (the
-# one vocabulary), gpt1/repo.py (the one git helper), zero1.py and report/pilots.py joined.
-# A ceiling, so it only drops.
+# gpt1/stages/ package (commit 8443507); 49, 209 and 12 with them; 225 and 12 once
+# gpt1/names.py (the one vocabulary), gpt1/repo.py (the one git helper), zero1.py and
+# report/pilots.py joined. A ceiling, so it only drops.
 MAX_UNIT_EDGES = 225
 MAX_UNIT_LAYERS = 12
 
