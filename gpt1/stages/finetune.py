@@ -118,7 +118,8 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
     """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
     baselines, predictions (per-seed files of the reported `test` split, which it bootstraps),
     eval_split, scored_on, origins, n_train, n_eval, pretrain_seed, select, lr, warmup_steps,
-    warmup_frac;
+    warmup_frac, train_history (per seed and epoch: train accuracy, classifier and LM losses);
+    the prediction files carry each example's head probabilities;
     plus provenance of splits, truncation and speed). `hp` = the run's resolved fine-tuning
     hyperparameters (seeds, lm_coef, lr), `sample` = split -> how it was sampled. Under
     `select: dev` the dev predictions are `selection_predictions`, never a reported split."""
@@ -145,6 +146,8 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
         "warmup_steps": result["seeds"][0]["warmup_steps"], "warmup_frac": hp.warmup_frac,
         "kept_epoch": [r["kept_epoch"] for r in result["seeds"]],
         "log_loss": [r.get("log_loss") for r in result["seeds"]],
+        # per seed, per epoch: running train accuracy and the classifier / LM losses apart
+        "train_history": [r.get("train_history", []) for r in result["seeds"]],
         "train_examples_per_s": round(sum(r["train_examples_per_s"]
                                           for r in result["seeds"]) / len(result["seeds"]), 1),
         "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
