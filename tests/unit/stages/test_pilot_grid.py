@@ -14,10 +14,12 @@ import pytest
 
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
-from gpt1.finetune import resolve_hparams
+from gpt1.finetune import resolve_hparams, train_subset_seed
+from gpt1.report.pilots import CLEARS, FAILS, gate
 from gpt1.stages import lr_pilot as lr_pilot_stages
 from gpt1.stages import variants
 from gpt1.tasks import load
+from gpt1.tasks.registry import TASKS
 from tests.helpers.repo import REPO
 
 ARMS = ("full", "scratch", "no_aux", "lstm")
@@ -92,18 +94,18 @@ def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> No
     params, pool, _ = pilot_params
     train, dev, words = lr_pilot_stages.pilot_split(params, "scratch", "sst2", pool)
     hp = resolve_hparams(params, "sst2")
-    from gpt1.finetune import train_subset_seed
     samples = [set(load.cap_table(pool, 20, train_subset_seed(hp.data_seed, f))["id"])
                for f in (0, 1)]
     assert len(dev) == 30 and not set(dev["id"]) & (samples[0] | samples[1])
     assert set(train["id"]) == samples[0]  # the pilot trains on seed 0's sample
     top = train["label"].value_counts().idxmax()
-    from gpt1.tasks.registry import TASKS
     assert lr_pilot_stages.majority_share(TASKS["sst2"], train, dev) == pytest.approx(
         float((dev["label"] == top).mean()))
     record = lr_pilot_stages.lr_pilot(params, "sst2", "full")
     assert record["dev_majority"] == pytest.approx(float((dev["label"] == top).mean()))
     assert "outside every fine-tuning seed's sample" in words
+    decided = gate(params, {"lr_pilot_full_sst2": record}, "full", "sst2")  # the gate's inputs
+    assert decided.status in (CLEARS, FAILS), decided.text
 
 
 def test_a_pool_too_small_for_the_split_is_refused(make_params) -> None:
