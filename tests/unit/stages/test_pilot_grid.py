@@ -98,6 +98,10 @@ def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> No
                for f in (0, 1)]
     assert len(dev) == 30 and not set(dev["id"]) & (samples[0] | samples[1])
     assert set(train["id"]) == samples[0]  # the pilot trains on seed 0's sample
+    for arm in ARMS:  # every arm is chosen on the same split, trained on the same sample
+        other = lr_pilot_stages.pilot_split(params, arm, "sst2", pool)
+        assert other[0]["id"].tolist() == train["id"].tolist()
+        assert other[1]["id"].tolist() == dev["id"].tolist()
     top = train["label"].value_counts().idxmax()
     assert lr_pilot_stages.majority_share(TASKS["sst2"], train, dev) == pytest.approx(
         float((dev["label"] == top).mean()))
