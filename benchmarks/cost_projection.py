@@ -10,12 +10,13 @@ DDP (linear scaling: an assumption until the GPU check measures it).
 
 The fine-tuning fan-out is every fine-tuning run the params ask for: finetune tasks, Table 5
 ablations and Figure 2 left's transfer runs, each x fine-tuning seeds x pre-training seeds, plus
-the lr pilots (every lr of ablations.pilot.lr_grid for each piloted variant x task, one seed, on
-the training pool less the carved dev split), each run on one GPU (orchestrate.devices: auto);
-its training tokens = train rows (reports/metrics/prepare_task_<task>.json, capped as the
-task's fine-tuning) x epochs x sequences per example x model.n_positions: an upper bound, every
-sequence counted at the full context; evaluation passes are not counted. The fan-out takes
-max(all runs / GPUs, the longest run).
+the pilots (each lr x warm-up of ablations.pilot's grid and the recipe, per piloted arm x task,
+one seed, on the training pool less the carved split), each run on one GPU
+(orchestrate.devices: auto); its training tokens = train rows
+(reports/metrics/prepare_task_<task>.json, capped as the task's fine-tuning) x epochs x
+sequences per example x model.n_positions: an upper bound, every sequence counted at the full
+context; evaluation passes are not counted. The fan-out takes max(all runs / GPUs, the longest
+run).
 
 The rate is the device's dense bf16 peak (devices.PEAK_BF16) times the MFU: --mfu when given,
 else the one measured in the newest GPU-check results file of that device
@@ -73,6 +74,9 @@ def finetune_runs(params: Params, train_rows: dict[str, int]) -> dict[str, tuple
     def seeds(run: Params, task: str) -> tuple[int, ...]:
         return resolve_hparams(run, task).seeds
 
+    def arm_body(variant: str) -> str:
+        return names.TRANSFORMER if variant == "full" else params.ablations.presets[variant].body
+
     cells: dict[str, tuple[Params, str, str]] = {  # stage (no seed) -> run params, task, body
         f"finetune@{t}": (params, t, names.TRANSFORMER) for t in params.finetune.tasks}
     for v in params.ablations.variants:
@@ -85,13 +89,16 @@ def finetune_runs(params: Params, train_rows: dict[str, int]) -> dict[str, tuple
     runs = {f"{name}-{p}/seed{s}": (tokens(run, t, train_rows[t]), body)
             for name, (run, t, body) in cells.items() for p in params.pretrain.seeds
             for s in seeds(run, t)}
-    for v in (v for v in params.ablations.variants if v in pilot.variants):
+    for v in pilot.variants:  # every (lr, warm-up) and the recipe's row, once per arm x task
         for t in params.ablations.tasks:  # first pre-training seed, pilot.seed, carved dev out
-            for lr in pilot.lr_grid:
+            recipe = (resolve_hparams(ablation_params(params, v), t).lr,
+                      params.finetune.warmup_frac)
+            grid = [(lr, w) for lr in pilot.lr_grid for w in pilot.warmup_grid]
+            stage = f"lr_pilot_full@{t}" if v == "full" else f"lr_pilot@{v}-{t}"
+            for lr, w in dict.fromkeys([*grid, recipe]):
                 rows = max(0, train_rows[t] - pilot.dev_examples)
-                runs[f"lr_pilot@{v}-{t}/lr{lr:g}"] = (
-                    tokens(ablation_params(params, v, lr), t, rows),
-                    params.ablations.presets[v].body)
+                runs[f"{stage}/lr{lr:g}_w{w:g}"] = (
+                    tokens(ablation_params(params, v, lr, w), t, rows), arm_body(v))
     return runs
 
 

@@ -512,17 +512,22 @@ class AblationPreset(Section):
 
 
 class LrPilotCfg(Section):
-    """The learning-rate pilot of the baselines that the paper's lr does not fit (Table 5:
-    from scratch, the LSTM): each lr of the grid fine-tunes on the training pool minus a carved
-    dev split and is scored on that dev split; the ablation runs at the best one."""
+    """The pilot of every arm: each (lr, warm-up) of one grid, the same
+    for every arm, fine-tunes on the arm's fine-tuning training sample and is scored on a split
+    carved from the rest of the training pool; the arm's confirmatory runs use the best one.
+    The fine-tuning recipe (finetune.lr, finetune.warmup_frac) is scored beside it as its own
+    row ("paper recipe"), never chosen."""
 
     variants: StrTuple
-    """Ablation variants whose lr the pilot chooses (stage lr_pilot@<variant>-<task>)."""
+    """Arms the pilot tunes: `full` (the finetune stage's row, stage lr_pilot_full@<task>) and
+    ablation variants (stage lr_pilot@<variant>-<task>)."""
     lr_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=2)]
     """Learning rates tried (at least two)."""
+    warmup_grid: Annotated[tuple[Frac, ...], Field(strict=False, min_length=1)]
+    """Warm-up fractions tried with each lr (finetune.warmup_frac of the run)."""
     dev_examples: PosInt
-    """Examples carved out of the training pool as the pilot's dev split (never a scored
-    split; the pilot trains on the rest, capped as the task's fine-tuning)."""
+    """Examples carved out of the training pool as the pilot's split, outside every fine-tuning
+    seed's training sample (never a scored split)."""
     seed: NonNegInt
     """Fine-tuning seed of the pilot runs (and of the carve)."""
 
@@ -543,6 +548,10 @@ class FloorCfg(Section):
     """Solver iterations of the logistic regression."""
 
 
+FULL_ARM = "full"
+"""The finetune stage's row (pre-trained, aux LM): piloted like an ablation variant."""
+
+
 class AblationsCfg(Section):
     """Table 5 ablations: the same finetune stage over variants x tasks (spec §3)."""
 
@@ -558,12 +567,13 @@ class AblationsCfg(Section):
 
     @model_validator(mode="after")
     def _known_variants(self) -> AblationsCfg:
-        unknown = [v for v in (*self.variants, *self.pilot.variants) if v not in self.presets]
+        unknown = [v for v in (*self.variants, *self.pilot.variants)
+                   if v not in self.presets and v != FULL_ARM]
         if unknown:
             raise ValueError(f"ablations.variants: {unknown} not in ablations.presets")
-        stray = [v for v in self.pilot.variants if v not in self.variants]
+        stray = [v for v in self.pilot.variants if v not in (*self.variants, FULL_ARM)]
         if stray:  # the pilot runs per row of ablations.variants (dvc.yaml lr_pilot)
-            raise ValueError(f"ablations.pilot.variants: {stray} not in ablations.variants")
+            raise ValueError(f"ablations.pilot.variants: {stray} not in ablations.variants or full")
         return self
 
 

@@ -38,7 +38,7 @@ from gpt1.progress import MetricsSink, progress
 from gpt1.runtime import autocast_for, resolve_precision
 from gpt1.scoring import aggregate, baselines, head_predictions, score_split
 from gpt1.step import NonFiniteWatch, train_step
-from gpt1.task_losses import make_loss_fn
+from gpt1.task_losses import make_loss_fn, new_tally, read_tally
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TaskSpec
 
@@ -265,13 +265,14 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
         runtime.compile_or_eager(model, "finetune.compile")
     opt = build_optimizer(model, hp.lr, hp.betas, hp.eps, hp.weight_decay)
     watch = NonFiniteWatch(device)
-    loss_fn = make_loss_fn(spec, hp.lm_coef)
+    tally = new_tally(device)
+    loss_fn = make_loss_fn(spec, hp.lm_coef, tally)
     train = data["train"]
     steps_per_epoch = math.ceil(len(train) / hp.batch_size)
     total = hp.epochs * steps_per_epoch
     warmup = warmup_steps(hp.warmup_frac, total)
     best: tuple[tuple[bool, float, int], dict[str, torch.Tensor] | None, np.ndarray] | None = None
-    history = []
+    history, train_history = [], []
     step, t0, seen = 0, time.perf_counter(), 0
     example_lens = example_lengths(train.seqs)
     order_rng = np.random.default_rng([seed, 1])  # batch order only: `rng` draws as before
@@ -301,6 +302,7 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
                 bar.close()
                 raise stop.stop(f"stopped at step {step} of seed {seed}; fine-tuning keeps "
                                 "nothing, re-run to start it again")
+        train_history.append({"epoch": epoch + 1, **read_tally(spec, tally, hp.lm_coef)})
         if hp.select != "dev":
             continue
         dev_out = infer(model, data["dev"], hp.batch_size * 2, precision, device, "dev")
@@ -327,23 +329,38 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     scores = score_split(spec, test.labels, pred, test.groups)
     test_log_loss = log_loss(spec, test_out, test.labels)
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
-    _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred)
+    _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred,
+                       probabilities(spec, test_out))
     atomic.write_bytes(out_dir / f"train_ids_seed{seed}.parquet",
                        pd.DataFrame({"id": train.ids}).to_parquet(index=False) or b"")
     if best is not None:
         _write_predictions(out_dir / f"selection_predictions_seed{seed}.parquet", data["dev"],
                            best[2])
     return {"seed": seed, "scores": scores, "kept_epoch": best[0][2] if best else hp.epochs,
-            "dev_history": history, "steps": step, "warmup_steps": warmup,
+            "dev_history": history, "train_history": train_history, "steps": step,
+            "warmup_steps": warmup,
             "log_loss": test_log_loss,
             "n_train": len(train), "backend": backend_of(model),
             "train_examples_per_s": seen / train_s, "eval_examples_per_s": len(test) / eval_s}
 
 
-def _write_predictions(path: Path, split: Encoded, pred: np.ndarray) -> None:
-    """Per-example predictions of one seed (the report's bootstrap resamples these rows)."""
+def probabilities(spec: TaskSpec, out: np.ndarray) -> list[list[float]] | None:
+    """Per example, the head's softmax over its classes (a choice task: over its answers);
+    None for a regression task (its output is the prediction)."""
+    if spec.regression:
+        return None
+    probs = torch.softmax(torch.from_numpy(np.array(out, dtype=np.float32)), dim=-1)
+    return [[round(float(p), 6) for p in row] for row in probs.numpy()]
+
+
+def _write_predictions(path: Path, split: Encoded, pred: np.ndarray,
+                       probs: list[list[float]] | None = None) -> None:
+    """Per-example predictions of one seed (the report's bootstrap resamples these rows) and,
+    where given, the head's probabilities (column `probability`)."""
     frame = pd.DataFrame({"id": split.ids, "group": split.groups, "label": split.labels,
                           "prediction": pred})
+    if probs is not None:
+        frame["probability"] = probs
     atomic.write_bytes(path, frame.to_parquet(index=False) or b"")
 
 

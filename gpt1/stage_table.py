@@ -82,6 +82,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           device=True, seeded=True),
     Stage("lr_pilot", "gpt1.stages.lr_pilot:lr_pilot", ("task", "variant"), ("variant", "task"),
           device=True),
+    Stage("lr_pilot_full", "gpt1.stages.lr_pilot:lr_pilot_full", ("task",), ("task",),
+          device=True),
     Stage("ablation", "gpt1.stages.finetune:ablation", ("task", "variant"),
           ("variant", "task", PRETRAIN_SEED), device=True, seeded=True),
     Stage("floor", "gpt1.stages.finetune:floor_stage", ("task",), ("task",)),

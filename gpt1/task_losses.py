@@ -66,19 +66,58 @@ def clf_loss(spec: TaskSpec, out: torch.Tensor, labels: torch.Tensor) -> torch.T
     return F.cross_entropy(out.float(), labels)  # choice: softmax over the K answers
 
 
-def make_loss_fn(spec: TaskSpec, lm_coef: float) -> Callable[[nn.Module, Any], torch.Tensor]:
+TALLY_KEYS = ("examples", "correct", "clf_loss", "lm_loss")
+"""What `make_loss_fn`'s tally sums over the training batches (device tensors, no host sync):
+examples seen, correct head answers (not for a regression task), and the example-weighted
+classifier and LM losses apart."""
+
+
+def new_tally(device: torch.device | None = None) -> dict[str, torch.Tensor]:
+    """An empty tally for `make_loss_fn` (zeros on `device`)."""
+    return {k: torch.zeros((), dtype=torch.float64, device=device) for k in TALLY_KEYS}
+
+
+def make_loss_fn(spec: TaskSpec, lm_coef: float, tally: dict[str, torch.Tensor] | None = None
+                 ) -> Callable[[nn.Module, Any], torch.Tensor]:
     """loss_fn(model, (idx, lengths, labels)) for train_step (which adds autocast):
-    mean(clf) + lm_coef * mean(lm) (spec §5; lm_coef = 0 disables the auxiliary LM loss)."""
+    mean(clf) + lm_coef * mean(lm) (spec §5; lm_coef = 0 disables the auxiliary LM loss).
+    `tally` (new_tally), when given, accumulates each batch's examples, correct answers and
+    the two losses apart, on the device (read it where the host reads anyway)."""
 
     def loss_fn(model: nn.Module, batch: Any) -> torch.Tensor:
         idx, lengths, labels = batch
         out, h = model(idx, lengths)
-        loss = clf_loss(spec, out, labels)
+        clf = clf_loss(spec, out, labels)
+        loss = clf
+        lm = None
         if lm_coef > 0:
-            loss = loss + lm_coef * lm_loss(_task_model(model), h, idx, lengths)
+            lm = lm_loss(_task_model(model), h, idx, lengths)
+            loss = loss + lm_coef * lm
+        if tally is not None:
+            with torch.no_grad():
+                n = labels.shape[0]
+                tally["examples"] += n
+                tally["clf_loss"] += clf.detach().double() * n
+                if lm is not None:
+                    tally["lm_loss"] += lm.detach().double() * n
+                if not spec.regression:
+                    tally["correct"] += (out.detach().argmax(-1) == labels).sum()
         return loss
 
     return loss_fn
+
+
+def read_tally(spec: TaskSpec, tally: dict[str, torch.Tensor], lm_coef: float
+               ) -> dict[str, float | None]:
+    """The tally as means (train_acc, train_clf_loss, train_lm_loss; None where not computed),
+    then zeroed for the next epoch."""
+    n = max(float(tally["examples"].item()), 1.0)
+    out = {"train_acc": None if spec.regression else float(tally["correct"].item()) / n,
+           "train_clf_loss": float(tally["clf_loss"].item()) / n,
+           "train_lm_loss": float(tally["lm_loss"].item()) / n if lm_coef > 0 else None}
+    for value in tally.values():
+        value.zero_()
+    return out
 
 
 def _task_model(model: nn.Module) -> TaskModel:

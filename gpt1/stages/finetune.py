@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from gpt1 import atomic, bpe, checkpoint, floor, names, networks, predict, runtime, tracking
-from gpt1.config import Params
+from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import (
     Hparams,
@@ -24,7 +24,7 @@ from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import logged_models
 from gpt1.stages.data import task_spec
 from gpt1.stages.recording import record
-from gpt1.stages.variants import ablation_params, layers_caps, override, pilot_lr
+from gpt1.stages.variants import ablation_params, layers_caps, override, pilot_choice
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TaskSpec
 
@@ -38,8 +38,12 @@ def task_truncation(params: Params, task: str) -> formats.Truncation:
 
 
 def finetune(params: Params, task: str, pretrain_seed: int | None = None) -> dict[str, Any]:
-    """Fine-tune the pre-trained Transformer on one task (the `full` row of every table)."""
-    return finetune_variant(params, task, "full", names.TRANSFORMER, pretrain_seed)
+    """Fine-tune the pre-trained Transformer on one task (the `full` row of every table), at
+    the (lr, warm-up) its pilot chose where ablations.pilot tunes `full` on the task."""
+    lr, warmup = pilot_choice(params, FULL_ARM, task)
+    return finetune_variant(ablation_params(params, FULL_ARM, lr, warmup), task, FULL_ARM,
+                            names.TRANSFORMER, pretrain_seed,
+                            record_params=params)
 
 
 def finetune_variant(params: Params, task: str, variant: str, kind: str,
@@ -114,7 +118,9 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
                     pretrain_seed: int) -> dict[str, Any]:
     """The record of one fine-tuning run (what the report reads: task, variant, metric, scores,
     baselines, predictions (per-seed files of the reported `test` split, which it bootstraps),
-    eval_split, scored_on, origins, n_train, n_eval, pretrain_seed, select, lr, warmup_steps;
+    eval_split, scored_on, origins, n_train, n_eval, pretrain_seed, select, lr, warmup_steps,
+    warmup_frac, train_history (per seed and epoch: train accuracy, classifier and LM losses);
+    the prediction files carry each example's head probabilities;
     plus provenance of splits, truncation and speed). `hp` = the run's resolved fine-tuning
     hyperparameters (seeds, lm_coef, lr), `sample` = split -> how it was sampled. Under
     `select: dev` the dev predictions are `selection_predictions`, never a reported split."""
@@ -139,9 +145,11 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
         "backend": result["backend"],
         "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
         "pretrain_seed": pretrain_seed, "select": hp.select, "lr": hp.lr,
-        "warmup_steps": result["seeds"][0]["warmup_steps"],
+        "warmup_steps": result["seeds"][0]["warmup_steps"], "warmup_frac": hp.warmup_frac,
         "kept_epoch": [r["kept_epoch"] for r in result["seeds"]],
         "log_loss": [r.get("log_loss") for r in result["seeds"]],
+        # per seed, per epoch: running train accuracy and the classifier / LM losses apart
+        "train_history": [r.get("train_history", []) for r in result["seeds"]],
         "train_examples_per_s": round(sum(r["train_examples_per_s"]
                                           for r in result["seeds"]) / len(result["seeds"]), 1),
         "eval_examples_per_s": round(sum(r["eval_examples_per_s"]
@@ -156,7 +164,7 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
     if task not in params.ablations.tasks:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
     ablation_params(params, variant)  # an unknown variant: one line, listed
-    variant_params = ablation_params(params, variant, pilot_lr(params, variant, task))
+    variant_params = ablation_params(params, variant, *pilot_choice(params, variant, task))
     kind = params.ablations.presets[variant].body
     return finetune_variant(variant_params, task, variant, kind, pretrain_seed)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpt1 import records
-from gpt1.config import Params, parse_params
+from gpt1.config import FULL_ARM, Params, parse_params
 from gpt1.errors import Gpt1Error
 
 
@@ -27,33 +27,41 @@ def lm_params(params: Params, kind: str, seed: int) -> Params:
     return parse_params(raw, "<seed>")
 
 
-def ablation_params(params: Params, variant: str, lr: float | None = None) -> Params:
-    """The finetune params of one Table 5 row (ablations.presets[variant]); `lr` replaces
-    finetune.lr and any per-task lr (the lr its pilot chose)."""
+def ablation_params(params: Params, variant: str, lr: float | None = None,
+                    warmup_frac: float | None = None) -> Params:
+    """The finetune params of one arm: Table 5's row ablations.presets[variant], or `full` (the
+    finetune stage's own params); `lr` replaces finetune.lr and any per-task lr, `warmup_frac`
+    finetune.warmup_frac (the configuration its pilot chose)."""
     preset = params.ablations.presets.get(variant)
-    if preset is None:
+    if preset is None and variant != FULL_ARM:
         raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
                         f"{list(params.ablations.presets)}")
-    lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
-    values: dict[str, Any] = {"init": preset.init, "lm_coef": lm_coef}
+    values: dict[str, Any] = {}
+    if preset is not None:
+        lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
+        values.update(init=preset.init, lm_coef=lm_coef)
     if lr is not None:
         overrides = params.as_dict()["finetune"]["overrides"]
         values.update(lr=lr, overrides={t: {**o, "lr": None} for t, o in overrides.items()})
-    return override(params, finetune=values)
+    if warmup_frac is not None:
+        values["warmup_frac"] = warmup_frac
+    return override(params, finetune=values) if values else params
 
 
-def pilot_lr(params: Params, variant: str, task: str) -> float | None:
-    """The lr the pilot chose for `variant` on `task` (its record lr_pilot_<variant>_<task>);
-    None for a variant the pilot does not tune."""
-    if variant not in params.ablations.pilot.variants:
-        return None
+def pilot_choice(params: Params, variant: str, task: str) -> tuple[float | None, float | None]:
+    """(lr, warm-up fraction) the pilot chose for `variant` on `task` (its record
+    lr_pilot_<variant>_<task>); (None, None) where the pilot does not tune the arm on `task`."""
+    pilot = params.ablations.pilot
+    if variant not in pilot.variants or task not in params.ablations.tasks:
+        return None, None
     stem = f"lr_pilot_{variant}_{task}"
     record = records.read_record(params.paths.metrics, stem)
     if record is None:
-        raise Gpt1Error(f"no lr pilot record for {variant} on {task}: run "
-                        f"`dvc repro lr_pilot@{variant}-{task}` first",
-                        records.record_paths(params.paths.metrics, stem)[0])
-    return float(record["chosen_lr"])
+        stage = f"lr_pilot_full@{task}" if variant == FULL_ARM else f"lr_pilot@{variant}-{task}"
+        raise Gpt1Error(f"no pilot record for {variant} on {task}: run `dvc repro {stage}` "
+                        "first", records.record_paths(params.paths.metrics, stem)[0])
+    warmup = record.get("chosen_warmup")
+    return float(record["chosen_lr"]), None if warmup is None else float(warmup)
 
 
 def layers_caps(params: Params, task: str) -> Params:

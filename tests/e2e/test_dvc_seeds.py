@@ -34,7 +34,7 @@ def test_dvc_runs_every_model_stage_per_pretraining_seed(tmp_path: Path) -> None
                      "max_eval_examples": None},
         "ablations": {"tasks": ["sst2"], "variants": ["scratch", "lstm"],
                       "pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
-                                "dev_examples": 8, "seed": 0}},
+                                "warmup_grid": [0.002], "dev_examples": 8, "seed": 0}},
         "layers": {"tasks": ["sst2"], "layers_transferred": [0, 2],
                    "max_train_examples": None, "max_eval_examples": None},
         "zeroshot": {"tasks": ["sst2"], "max_examples": 8},

@@ -52,7 +52,7 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     params = make_params({
         "finetune": {"tasks": ["rte", "mnli", "race", "cola", "sst2"], "seeds": [0],
                      "max_train_examples": 12, "max_eval_examples": 8},
-        "ablations": {"tasks": ["rte"], "pilot": {"dev_examples": 6}},
+        "ablations": {"tasks": ["rte"], "pilot": {"dev_examples": 4}},
         "layers": {"tasks": ["mnli"], "layers_transferred": [0, 1, 2],
                    "max_train_examples": 10, "max_eval_examples": 6},
         "zeroshot": {"max_examples": 8},
@@ -74,9 +74,9 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
                     "the dog\n\nThe dog ran at the cat because it was bad.\nit\n"
                     "The dog,the cat\nThe dog\n")
 
-    finetune_stages.finetune(params, "rte")
-    for variant in params.ablations.pilot.variants:
+    for variant in params.ablations.pilot.variants:  # first: finetune reads full's, if piloted
         lr_pilot_stages.lr_pilot(params, "rte", variant)
+    finetune_stages.finetune(params, "rte")
     for variant in params.ablations.variants:
         finetune_stages.ablation(params, "rte", variant)
     for k in params.layers.layers_transferred:

@@ -25,6 +25,10 @@ TINY: dict[str, Any] = {
     "finetune": {"batch_size": 4, "max_train_examples": 16, "max_eval_examples": 16,
                  "seeds": [0]},  # one seed keeps unit tests short; tests that need more set them
     "report": {"bootstrap_samples": 200},
+    # one arm, two configurations (the recipe's, lr 1e-4 warm-up 0.2 %, among them); the
+    # tests that need every arm piloted say so (tests/unit/stages/test_pilot_grid.py)
+    "ablations": {"pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
+                            "warmup_grid": [0.002]}},
     "tracking": {"enabled": False},  # unit tests never touch MLflow
 }
 

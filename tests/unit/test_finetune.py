@@ -13,7 +13,7 @@ from gpt1.finetune import body_factory, collate, resolve_hparams
 from gpt1.heads import TaskHead, TaskModel
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
-from gpt1.task_losses import lm_loss, make_loss_fn
+from gpt1.task_losses import lm_loss, make_loss_fn, new_tally, read_tally
 from gpt1.tasks.formats import Specials, Truncation, layout
 from gpt1.tasks.load import cap_table
 from gpt1.tasks.registry import TASKS
@@ -84,6 +84,28 @@ def test_total_loss_adds_lambda_times_lm(tiny_params) -> None:
         _, h = model(idx, lengths)
         lm = lm_loss(model, h, idx, lengths)
     assert torch.allclose(total, clf + 0.5 * lm)
+
+
+def test_the_tally_keeps_accuracy_and_the_two_losses_apart(tiny_params) -> None:
+    torch.manual_seed(0)
+    spec = TASKS["sst2"]
+    model = TaskModel(GPT(tiny_params.model, V), spec, 0.0, 0.02).eval()
+    idx, lengths = collate([[[SP.start, 1, 2, 3, SP.classify]], [[SP.start, 4, SP.classify]]],
+                           torch.device("cpu"))
+    labels = torch.tensor([1, 0])
+    tally = new_tally()
+    with torch.no_grad():
+        total = make_loss_fn(spec, 0.5, tally)(model, (idx, lengths, labels))
+        out, h = model(idx, lengths)
+        lm = lm_loss(model, h, idx, lengths)
+    read = read_tally(spec, tally, 0.5)
+    clf = torch.nn.functional.cross_entropy(out, labels)
+    assert read["train_clf_loss"] == pytest.approx(float(clf), rel=1e-5)
+    assert read["train_lm_loss"] == pytest.approx(float(lm), rel=1e-5)
+    assert float(total) == pytest.approx(float(clf + 0.5 * lm), rel=1e-5)
+    assert read["train_acc"] == float((out.argmax(-1) == labels).float().mean())
+    assert all(float(v) == 0 for v in tally.values())  # zeroed for the next epoch
+    assert read_tally(spec, tally, 0.0)["train_lm_loss"] is None  # no aux LM: not computed
 
 
 def test_overrides_per_task(make_params) -> None:
@@ -178,9 +200,13 @@ def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> No
     assert "last epoch scored (no selection)" in saved["eval_split"]
     assert "seeded random 24 of 36 per fine-tuning seed" in saved["train_split"]
     assert metrics["scores"] == saved["scores"]
+    assert len(saved["train_history"]) == len(saved["seeds"])  # per seed, per epoch
+    assert all({"train_acc", "train_clf_loss", "train_lm_loss"} <= set(epoch)
+               for run in saved["train_history"] for epoch in run)
     assert saved["backend"] == "cpu_fused"  # model.backend: auto, on CPU with a C compiler
     preds = pd.read_parquet(tmp_path / "data/finetuned/p1234/mrpc/predictions_seed1.parquet")
-    assert len(preds) == 12 and set(preds.columns) == {"id", "group", "label", "prediction"}
+    assert len(preds) == 12 and set(preds.columns) == {"id", "group", "label", "prediction",
+                                                     "probability"}
 
 
 def test_cli_bad_task_file_is_one_line_exit_2(make_params, tmp_path, capsys) -> None:

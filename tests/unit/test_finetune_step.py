@@ -5,6 +5,7 @@ and never holding the logits of every position at once, and the compiled step eq
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -55,6 +56,19 @@ def test_no_host_read_between_log_points(make_params, tmp_path, monkeypatch):
     assert done[0] == 12
     assert sorted(set(reads)) == [4, 6, 8, 12], reads
     assert logged == [4, 6, 8, 12]
+
+
+def test_records_keep_train_accuracy_losses_apart_and_probabilities(make_params, tmp_path):
+    result = _finetune(make_params, tmp_path, {"lm_coef": 0.5})
+    (seed,) = result["seeds"]
+    assert [e["epoch"] for e in seed["train_history"]] == [1, 2]
+    for epoch in seed["train_history"]:
+        assert 0.0 <= epoch["train_acc"] <= 1.0
+        assert epoch["train_clf_loss"] > 0 and epoch["train_lm_loss"] > 0
+    frame = pd.read_parquet(tmp_path / "out" / "predictions_seed0.parquet")
+    probs = np.stack(frame["probability"].to_numpy())
+    assert probs.shape == (8, 4) and np.allclose(probs.sum(1), 1.0, atol=1e-4)
+    assert (probs.argmax(1) == frame["prediction"].to_numpy()).all()
 
 
 def test_the_chunked_lm_loss_equals_the_whole_one_and_holds_one_chunk(tiny_params):

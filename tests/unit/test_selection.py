@@ -33,11 +33,11 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     tmp_path = tmp_path_factory.mktemp("selection")
     write_mirror(tmp_path / "mirror", rows=40)
     params = parse_params(make_params_dict(tmp_path, {
-        "finetune": {"epochs": 2, "seeds": [0, 1], "max_train_examples": 20,
+        "finetune": {"epochs": 2, "seeds": [0, 1], "max_train_examples": 12,
                      "max_eval_examples": None, "select": "dev"},
         "ablations": {"tasks": ["sst2"], "variants": ["scratch", "lstm"],
-                      "pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
-                                "dev_examples": 8, "seed": 0}},
+                      "pilot": {"variants": ["full", "scratch"], "lr_grid": [1e-4, 1e-3],
+                                "warmup_grid": [0.002], "dev_examples": 8, "seed": 0}},
         "layers": {"tasks": ["sst2"], "max_train_examples": None, "max_eval_examples": None},
         "tasks": {"dev_examples": {"story_cloze": 6}}, "bpe": {"n_merges": 20}}), "tiny")
     data_stages.prepare_task(params, "sst2")
@@ -49,8 +49,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
         checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
             "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "params": params.as_dict(), "step": 0})
-    finetune_stages.finetune(params, "sst2")
+    lr_pilot_stages.lr_pilot_full(params, "sst2")
     lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
+    finetune_stages.finetune(params, "sst2")
     finetune_stages.ablation(params, "sst2", "scratch")
     finetune_stages.ablation(params, "sst2", "lstm")
     finetune_stages.transfer_layers(params, "sst2", 1)
@@ -84,23 +85,53 @@ def test_scored_ids_are_never_selection_or_training_ids(tiny_run) -> None:
 
 
 @pytest.mark.slow
-def test_the_lr_pilot_chooses_on_training_rows_only(tiny_run) -> None:
+def test_every_piloted_arm_runs_the_one_grid_and_its_runs_use_the_choice(tiny_run) -> None:
     params, metrics = tiny_run
-    pilot = metrics["lr_pilot_scratch_sst2"]
-    assert pilot["grid"] == [1e-4, 1e-3] and set(pilot["dev_scores"]) == {"0.0001", "0.001"}
-    assert pilot["chosen_lr"] in pilot["grid"]
-    assert metrics["finetune_scratch_sst2_p1234"]["lr"] == pilot["chosen_lr"]
-    assert metrics["finetune_lstm_sst2_p1234"]["lr"] == params.finetune.lr  # not piloted
+    grid = {f"lr {lr:g}, warm-up 0.002" for lr in (1e-4, 1e-3)}
+    for arm, stem in (("full", "finetune_sst2_p1234"), ("scratch", "finetune_scratch_sst2_p1234")):
+        pilot = metrics[f"lr_pilot_{arm}_sst2"]
+        assert pilot["variant"] == arm and set(pilot["dev_scores"]) == grid
+        assert pilot["warmup_grid"] == [0.002] and pilot["grid"] == [1e-4, 1e-3]
+        chosen = f"lr {pilot['chosen_lr']:g}, warm-up {pilot['chosen_warmup']:g}"
+        assert pilot["chosen_score"] == pilot["dev_scores"][chosen]
+        recipe = pilot["paper_recipe"]  # its own row (here a grid point: one run for both)
+        assert (recipe["lr"], recipe["warmup_frac"]) == (params.finetune.lr,
+                                                       params.finetune.warmup_frac)
+        assert recipe["in_grid"]
+        assert recipe["score"] == pilot["dev_scores"]["lr 0.0001, warm-up 0.002"]
+        run = metrics[stem]  # the confirmatory run reads the pilot's choice
+        assert (run["lr"], run["warmup_frac"]) == (pilot["chosen_lr"], pilot["chosen_warmup"])
+    lstm = metrics["finetune_lstm_sst2_p1234"]  # not piloted here: the recipe
+    assert (lstm["lr"], lstm["warmup_frac"]) == (params.finetune.lr, params.finetune.warmup_frac)
+
+
+@pytest.mark.slow
+def test_the_pilot_split_is_carved_outside_every_training_sample(tiny_run) -> None:
+    params, metrics = tiny_run
     pool = set(_ids(Path(params.paths.tasks) / "sst2" / "train.parquet"))
-    scored = set(_ids(metrics["finetune_sst2_p1234"]["predictions"]["test"][0]))
-    runs = sorted((Path(params.paths.finetuned) / "lr_pilot" / "scratch_sst2").glob(
-        "runs/p1234/lr_*"))
-    assert len(runs) == 2
-    for run in runs:
-        dev = set(_ids(run / "predictions_seed0.parquet"))
-        trained = set(_ids(run / "train_ids_seed0.parquet"))
-        assert len(dev) == 8 and dev <= pool and trained <= pool
-        assert not dev & trained and not dev & scored
+    confirmatory = [m for stem, m in metrics.items() if stem.startswith(("finetune", "layers"))
+                    and "train_ids" in m]
+    trained = {i for m in confirmatory for path in m["train_ids"] for i in _ids(path)}
+    scored = {i for m in confirmatory for path in m["predictions"]["test"] for i in _ids(path)}
+    chose = {i for m in confirmatory for path in m.get("selection_predictions", [])
+             for i in _ids(path)}
+    for arm in ("full", "scratch"):
+        base = Path(params.paths.finetuned) / "lr_pilot" / f"{arm}_sst2"
+        runs = sorted(base.glob("runs/p1234/lr_*"))
+        assert len(runs) == 2  # 2 lr x 1 warm-up, the recipe among them
+        for run in runs:
+            dev = set(_ids(run / "predictions_seed0.parquet"))
+            pilot_train = set(_ids(run / "train_ids_seed0.parquet"))
+            assert len(dev) == 8 and dev <= pool and pilot_train <= pool
+            assert not dev & pilot_train and not dev & trained
+            assert not dev & scored and not dev & chose
+        pilot = metrics[f"lr_pilot_{arm}_sst2"]
+        tables = base / "tables" / "sst2"
+        train_labels = pd.read_parquet(tables / "train.parquet")["label"]
+        dev_labels = pd.read_parquet(tables / "dev.parquet")["label"]
+        top = train_labels.value_counts().sort_index().idxmax()
+        assert pilot["dev_majority"] == pytest.approx(float((dev_labels == top).mean()))
+        assert pilot["n_pilot"] == 8 and "outside every fine-tuning seed" in pilot["dev_split"]
 
 
 def test_selection_never_prefers_a_constant_predictor_or_an_earlier_tie() -> None:

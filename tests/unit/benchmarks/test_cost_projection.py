@@ -30,15 +30,15 @@ def test_every_finetuning_run_of_the_paper_preset_is_counted_lr_pilots_included(
     abl, pilot = params.ablations, params.ablations.pilot
     cells = (len(params.finetune.tasks) + len(abl.variants) * len(abl.tasks)
              + len(params.layers.tasks) * len(params.layers.layers_transferred))
-    pilots = len(pilot.variants) * len(abl.tasks) * len(pilot.lr_grid)
-    assert pilots == 48  # scratch and lstm x 8 tasks x 3 learning rates
+    pilots = len(pilot.variants) * len(abl.tasks) * len(pilot.lr_grid) * len(pilot.warmup_grid)
+    assert pilots == 96  # scratch and lstm x 8 tasks x 3 lr x 2 warm-ups (the recipe among them)
     assert len(runs) == cells * len(params.finetune.seeds) * len(params.pretrain.seeds) + pilots
     assert runs["finetune@rte-1234/seed0"] == (1000 * params.finetune.epochs * 512, "transformer")
     assert runs["finetune@race-1234/seed0"][0] == 4 * 1000 * params.finetune.epochs * 512
     assert runs["finetune@stsb-1234/seed1"][0] == 2 * 1000 * params.finetune.epochs * 512
     assert runs["ablation@lstm-rte-1234/seed2"][1] == "lstm"
     # a pilot trains one seed on the pool less its carved dev split
-    assert runs["lr_pilot@scratch-rte/lr0.001"] == (
+    assert runs["lr_pilot@scratch-rte/lr0.001_w0.1"] == (
         (1000 - pilot.dev_examples) * params.finetune.epochs * 512, "transformer")
     assert not any(name.startswith("lr_pilot@no_aux") for name in runs)  # not piloted
 
@@ -86,8 +86,8 @@ def test_the_command_prints_hours_for_n_gpus(tmp_path, monkeypatch, capsys):
     assert lines[1].startswith("MFU 40.0%, assumed: unmeasured, no GPU-check results file")
     assert lines[3].startswith("pre-training on 8 x H100 (DDP, linear scaling assumed): "
                                "1 seed(s) x (Transformer 6.6 h + LSTM ")
-    assert lines[4].startswith("fine-tuning fan-out: 234 runs (36 finetune, 72 ablation, "
-                               "78 transfer_layers, 48 lr_pilot), ")
+    assert lines[4].startswith("fine-tuning fan-out: 282 runs (36 finetune, 72 ablation, "
+                               "78 transfer_layers, 96 lr_pilot), ")
     assert lines[5].startswith("in all: ") and lines[5].endswith(" GPU-hours")
     write_gpu_results(results, "gpu_nvidia-h100_2026-12-02.md", "NVIDIA H100 80GB HBM3",
                       ["paper shape, compiled: 1 tokens/s, MFU 50.0% of peak"])

@@ -60,8 +60,8 @@ def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
         lr_pilot_stages.lr_pilot(tiny_params, "sst2", "bogus")
 
 
-def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(tiny_params) -> None:
-    assert "no_aux" not in tiny_params.ablations.pilot.variants
+def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(make_params) -> None:
+    tiny_params = make_params({"ablations": {"pilot": {"variants": ["scratch"]}}})
     out = lr_pilot_stages.lr_pilot(tiny_params, "sst2", "no_aux")
     assert "chosen_lr" not in out and out["not_piloted"].startswith("not in ablations.pilot")
     base = Path(tiny_params.paths.finetuned) / "lr_pilot" / "no_aux_sst2"

@@ -1,6 +1,6 @@
-"""The lr pilot in MLflow: one distinctly named child run per candidate lr (its own lr, curves
-and dev score), and the stage's run holding the choice (the chosen lr and its dev score), not
-the first candidate's metrics."""
+"""The pilot in MLflow: one distinctly named child run per candidate (lr, warm-up) and for the
+recipe row (its own lr, curves and pilot-split score), and the stage's run holding the choice
+(the chosen lr, warm-up and score), not the first candidate's metrics."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
         "finetune": {"epochs": 1, "seeds": [0], "max_train_examples": 16},
         "ablations": {"tasks": ["sst2"], "variants": ["scratch"],
                       "pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
-                                "dev_examples": 8, "seed": 0}},
+                                "warmup_grid": [0.1], "dev_examples": 8, "seed": 0}},
         "tracking": {"enabled": True, "uri": uri, "experiment": "pilot"},
         "bpe": {"n_merges": 20}}), "tiny")
     tables = load.load_task(TASKS["sst2"], params.tasks, params.paths.mirror_dir)
@@ -50,13 +50,18 @@ def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
     (stage,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = {r.info.run_name: r for r in runs
                 if r.data.tags.get("mlflow.parentRunId") == stage.info.run_id}
-    assert stage.info.run_name == "lr_pilot@scratch-sst2" and len(runs) == 3
-    assert set(children) == {"lr=0.0001", "lr=0.001"}
+    assert stage.info.run_name == "lr_pilot@scratch-sst2" and len(runs) == 4
+    recipe = f"lr={params.finetune.lr:g},warmup={params.finetune.warmup_frac:g}"
+    assert set(children) == {"lr=0.0001,warmup=0.1", "lr=0.001,warmup=0.1", recipe}
     for name, run in children.items():
-        assert run.data.params["finetune.lr"] == name.split("=")[1]
-        assert run.data.tags["gpt1.lr_candidate"] == name.split("=")[1]
+        lr, warmup = (part.split("=")[1] for part in name.split(","))
+        assert run.data.params["finetune.lr"] == lr
+        assert run.data.params["finetune.warmup_frac"] == warmup
+        assert run.data.tags["gpt1.lr_candidate"] == lr
+        assert run.data.tags["gpt1.warmup_candidate"] == warmup
         assert any(k.startswith("scores.acc") for k in run.data.metrics), run.data.metrics
     assert stage.data.metrics["chosen_lr"] == pytest.approx(chosen["chosen_lr"])
-    assert stage.data.metrics["chosen_dev_acc"] == pytest.approx(
-        chosen["dev_scores"][f"{chosen['chosen_lr']:g}"])
+    assert stage.data.metrics["chosen_warmup"] == pytest.approx(0.1)
+    assert stage.data.metrics["chosen_dev_acc"] == pytest.approx(chosen["chosen_score"])
+    assert stage.data.metrics["dev_majority"] == pytest.approx(chosen["dev_majority"])
     assert not any(k.startswith("scores.") for k in stage.data.metrics), stage.data.metrics

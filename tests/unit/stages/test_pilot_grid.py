@@ -1,0 +1,132 @@
+"""The pilot's orchestration without training (the fine-tuning loop replaced by a scorer of
+each configuration): every arm runs the one lr x warm-up grid, the rule picks the best
+configuration, the recipe is its own row, and the confirmatory params carry the choice. The
+tiny real runs (tests/unit/test_selection.py) check the same on trained models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpt1.config import Params, load_params
+from gpt1.errors import Gpt1Error
+from gpt1.finetune import resolve_hparams, train_subset_seed
+from gpt1.report.pilots import CLEARS, FAILS, gate
+from gpt1.stages import lr_pilot as lr_pilot_stages
+from gpt1.stages import variants
+from gpt1.tasks import load
+from gpt1.tasks.registry import TASKS
+from tests.helpers.repo import REPO
+
+ARMS = ("full", "scratch", "no_aux", "lstm")
+LRS, WARMUPS = (1e-4, 5e-4, 1e-3), (0.0, 0.1)
+BEST = (5e-4, 0.1)  # the fake scorer's best non-constant configuration
+
+
+def _pool(n: int) -> pd.DataFrame:
+    labels = np.arange(n) % 3 == 0  # one third positive: the training part's majority is 0
+    return pd.DataFrame({"id": [f"r{i}" for i in range(n)], "text_a": ["a b"] * n,
+                         "text_b": [""] * n, "choices": [[] for _ in range(n)],
+                         "label": labels.astype(int), "group": [""] * n,
+                         "source": [f"train:{i}" for i in range(n)]})
+
+
+@pytest.fixture
+def pilot_params(make_params, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    params = make_params({
+        "finetune": {"seeds": [0, 1], "max_train_examples": 20},
+        "ablations": {"tasks": ["sst2"], "variants": ["scratch", "no_aux", "lstm"],
+                      "pilot": {"variants": list(ARMS), "lr_grid": list(LRS),
+                                "warmup_grid": list(WARMUPS), "dev_examples": 30, "seed": 0}}})
+    pool = _pool(100)
+    load.write_tables({"train": pool, "dev": pool[:5], "test": pool[:5]},
+                      Path(params.paths.tasks) / "sst2")
+    calls: list[tuple[str, str, float, float, float]] = []
+
+    def fake_finetune(run: Params, task: str, variant: str, kind: str, seed: int, out: str,
+                      stem: str) -> dict[str, Any]:
+        hp = resolve_hparams(run, task)
+        dev = load.read_tables(Path(run.paths.tasks) / task)["test"]
+        calls.append((variant, kind, hp.lr, hp.warmup_frac, run.finetune.lm_coef))
+        # 1e-3 answers one class (the best raw accuracy: excluded by the rule); else the
+        # accuracy rises with warm-up and peaks at lr 5e-4
+        constant = hp.lr == 1e-3
+        pred = np.zeros(len(dev), int) if constant else dev["label"].to_numpy().copy()
+        wrong = 0 if constant else {1e-4: 8, 5e-4: 4}.get(hp.lr, 12) - int(10 * hp.warmup_frac)
+        pred[:wrong] = 1 - pred[:wrong]
+        path = Path(run.paths.finetuned) / out / "pred.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"id": dev["id"], "prediction": pred}).to_parquet(path)
+        acc = 1.0 if constant else float((pred == dev["label"].to_numpy()).mean())
+        return {"predictions": {"test": [str(path)]}, "scores": {"acc": {"mean": acc}},
+                "log_loss": [1.0 - hp.warmup_frac]}
+
+    monkeypatch.setattr(lr_pilot_stages, "finetune_variant", fake_finetune)
+    return params, pool, calls
+
+
+def test_every_arm_is_piloted_over_the_same_grid_and_its_runs_use_the_choice(
+        pilot_params) -> None:
+    params, pool, calls = pilot_params
+    grid = {(lr, w) for lr in LRS for w in WARMUPS}
+    for arm in ARMS:
+        calls.clear()
+        out = lr_pilot_stages.lr_pilot(params, "sst2", arm)
+        tried = {(lr, w) for _, _, lr, w, _ in calls}
+        paper = (params.finetune.lr, params.finetune.warmup_frac)
+        assert tried == grid | {paper} and len(calls) == len(grid) + 1  # + the recipe row
+        assert {c[1] for c in calls} == {"lstm" if arm == "lstm" else "transformer"}
+        assert {c[4] for c in calls} == {0.0 if arm == "no_aux" else params.finetune.lm_coef}
+        assert len(out["dev_scores"]) == len(grid)
+        assert (out["chosen_lr"], out["chosen_warmup"]) == BEST  # 1e-3 is one class
+        assert out["paper_recipe"]["lr"] == paper[0] and not out["paper_recipe"]["in_grid"]
+        assert out["chosen_score"] == out["dev_scores"]["lr 0.0005, warm-up 0.1"]
+        assert variants.pilot_choice(params, arm, "sst2") == BEST  # read back from the record
+        confirmatory = resolve_hparams(variants.ablation_params(params, arm, *BEST), "sst2")
+        assert (confirmatory.lr, confirmatory.warmup_frac) == BEST
+
+
+def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> None:
+    params, pool, _ = pilot_params
+    train, dev, words = lr_pilot_stages.pilot_split(params, "scratch", "sst2", pool)
+    hp = resolve_hparams(params, "sst2")
+    samples = [set(load.cap_table(pool, 20, train_subset_seed(hp.data_seed, f))["id"])
+               for f in (0, 1)]
+    assert len(dev) == 30 and not set(dev["id"]) & (samples[0] | samples[1])
+    assert set(train["id"]) == samples[0]  # the pilot trains on seed 0's sample
+    for arm in ARMS:  # every arm is chosen on the same split, trained on the same sample
+        other = lr_pilot_stages.pilot_split(params, arm, "sst2", pool)
+        assert other[0]["id"].tolist() == train["id"].tolist()
+        assert other[1]["id"].tolist() == dev["id"].tolist()
+    top = train["label"].value_counts().idxmax()
+    assert lr_pilot_stages.majority_share(TASKS["sst2"], train, dev) == pytest.approx(
+        float((dev["label"] == top).mean()))
+    record = lr_pilot_stages.lr_pilot(params, "sst2", "full")
+    assert record["dev_majority"] == pytest.approx(float((dev["label"] == top).mean()))
+    assert "outside every fine-tuning seed's sample" in words
+    decided = gate(params, {"lr_pilot_full_sst2": record}, "full", "sst2")  # the gate's inputs
+    assert decided.status in (CLEARS, FAILS), decided.text
+
+
+def test_a_pool_too_small_for_the_split_is_refused(make_params) -> None:
+    params = make_params({"finetune": {"seeds": [0, 1], "max_train_examples": 60},
+                          "ablations": {"tasks": ["sst2"],
+                                        "pilot": {"dev_examples": 30}}})
+    with pytest.raises(Gpt1Error, match="ablations.pilot.dev_examples=30 cannot be carved"):
+        lr_pilot_stages.pilot_split(params, "scratch", "sst2", _pool(100))
+
+
+def test_the_grid_and_its_arms_are_validated(make_params) -> None:
+    with pytest.raises(Exception, match="warmup_grid"):
+        make_params({"ablations": {"pilot": {"warmup_grid": []}}})
+    with pytest.raises(Exception, match="not in ablations.variants or full"):
+        make_params({"ablations": {"variants": ["scratch"],
+                                   "pilot": {"variants": ["full", "lstm"]}}})
+    for preset in ("params.yaml", "configs/cpu-study.yaml"):  # the demo and the study
+        params = load_params(REPO / preset)  # every arm piloted over one grid
+        assert set(params.ablations.pilot.variants) == {"full", *params.ablations.variants}
+        assert len(params.ablations.pilot.warmup_grid) >= 2
