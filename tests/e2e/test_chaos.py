@@ -21,9 +21,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 import chaos  # noqa: E402
 
-# no xdist group: the two e2e groups already fill a worker each; this one goes to the worker
-# that the other tests leave freer (tests/conftest.py)
-pytestmark = [pytest.mark.slow]
+pytestmark = pytest.mark.slow  # started early among the long ones: tests/conftest.py
 TARGET = "pretrain@1234"  # the data stages and a checkpointing pre-training (persist: true)
 
 

@@ -26,7 +26,7 @@ from gpt1.report.tables import render_custom
 from gpt1.tasks.registry import register_custom
 from tests.conftest import make_params_dict
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 GOOD = "a fine warm film with a kind heart and a good end".split()
 BAD = "a dull cold film with a weak plot and a sad end".split()
 CUSTOM = {"reviews": {"file": "reviews.csv", "text": "review", "label": "sentiment",

@@ -23,7 +23,7 @@ from gpt1.bpe import load_bpe
 from gpt1.data.shards import read_shards
 from gpt1.records import read_metrics
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
 
 

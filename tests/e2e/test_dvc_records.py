@@ -25,7 +25,7 @@ from test_dvc_data import _copy_repo, _run, _set_params
 sys.path.insert(0, str(REPO / "tests" / "unit"))  # the task-mirror generator of the unit tests
 from test_load import write_mirror  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",
           "pretrain@1234", "prepare_task@sst2", "finetune@sst2-1234"]
 OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},

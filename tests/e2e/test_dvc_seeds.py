@@ -18,7 +18,7 @@ from test_dvc_data import _copy_repo, _run, _set_params
 sys.path.insert(0, str(REPO / "tests" / "unit"))  # the task-mirror generator of the unit tests
 from test_load import write_mirror  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 SEEDS = [1, 2]
 
 

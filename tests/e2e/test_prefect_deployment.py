@@ -41,7 +41,7 @@ from data_fixtures import write_corpus
 
 from gpt1.config import load_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
 TASKS = ["rte", "sst2"]  # two fine-tunes that can overlap

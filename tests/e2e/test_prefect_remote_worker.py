@@ -35,7 +35,7 @@ from test_prefect_deployment import (
 
 from gpt1.serve import _default_sigint  # SIGINT back to default before exec, as serve does
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 STAGES = ["check_corpus"]  # plus its upstream: scan_mirror, download_corpus, clean_corpus
 RAN = {"scan_mirror", "download_corpus", "clean_corpus", "check_corpus"}
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
