@@ -20,10 +20,12 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-# `--dist loadgroup` (the README's test command) runs the long end-to-end tests as two groups of
-# similar length, one per worker (xdist_group "e2e-a": the Prefect stack, which mostly waits on
-# its server, and the data stages, ~420 s; "e2e-b": the tiny full repros, ~380 s, measured on 2
-# AVX-512 cores), and spreads every other test over both: no worker queues all the long ones.
+# `-n 2 --dist loadgroup` (the README's test command) hands out one test at a time: a worker
+# gets the next test in collection order whenever it holds fewer than three. (No test has an
+# xdist_group: under pytest 9 xdist 3.8 cannot tag a test's id with its group, so the groups
+# were silently ignored.) The long end-to-end tests go first, longest first (LONGEST_FIRST), so
+# neither worker starts one near the end while the other runs out of work: the short tests
+# fill in around them.
 # Under pytest-xdist (`-n 2`) each worker gets one core's worth of
 # OpenMP threads, a passive wait (a spinning thread steals the other worker's core) and its own
 # Prefect home (two ephemeral servers on one SQLite file race on its migrations). Set before
@@ -81,12 +83,21 @@ def _seed() -> None:
 
 
 E2E = Path(__file__).parent / "e2e"
+# Test files by measured wall time, longest first (benchmarks/results/ci-time_*.md); any other
+# file keeps its collection order after these.
+LONGEST_FIRST = ("test_prefect_deployment.py", "test_dvc_seeds.py", "test_dvc_import.py",
+                 "test_dvc_records.py", "test_chaos.py", "test_prefect_remote_worker.py",
+                 "test_dvc_data.py", "test_custom_task.py", "test_cpu_isa.py",
+                 "test_tracking_server.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every end-to-end test is `slow` (the fast lane, `-m "not slow"`, leaves them out); gpu
-    tests skip without a CUDA device."""
+    """The longest tests first (so neither xdist worker is left with one at the end); every
+    end-to-end test is `slow` (the fast lane, `-m "not slow"`, leaves them out); gpu tests skip
+    without a CUDA device."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: ties keep order
     for item in items:
         if item.path.is_relative_to(E2E):
             item.add_marker(pytest.mark.slow)

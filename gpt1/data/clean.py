@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import ftfy
-import spacy
 
 from gpt1.config import CleanCfg
 from gpt1.errors import Gpt1Error
@@ -50,7 +49,11 @@ DROP_REASONS = (
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer() -> Any:
-    """spaCy's rule-based English tokenizer (no model download: spacy.blank)."""
+    """spaCy's rule-based English tokenizer (no model download: spacy.blank). Imported here:
+    spaCy costs 1-3 s of start-up that every other stage (they import this module through
+    gpt1.stages) would pay for nothing."""
+    import spacy
+
     return spacy.blank("en").tokenizer
 
 

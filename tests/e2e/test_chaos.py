@@ -17,9 +17,7 @@ from pathlib import Path
 import chaos  # benchmarks/ is on the path: pyproject.toml, [tool.pytest.ini_options]
 import pytest
 
-# no xdist group: the two e2e groups already fill a worker each; this one goes to the worker
-# that the other tests leave freer (tests/conftest.py)
-pytestmark = [pytest.mark.slow]
+pytestmark = pytest.mark.slow  # started early among the long ones: tests/conftest.py
 TARGET = "pretrain@1234"  # the data stages and a checkpointing pre-training (persist: true)
 
 

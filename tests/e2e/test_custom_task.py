@@ -29,7 +29,7 @@ from tests.helpers.dvc_repo import copy_repo as _copy_repo
 from tests.helpers.dvc_repo import run as _run
 from tests.helpers.params import make_params_dict
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 GOOD = "a fine warm film with a kind heart and a good end".split()
 BAD = "a dull cold film with a weak plot and a sad end".split()
 CUSTOM = {"reviews": {"file": "reviews.csv", "text": "review", "label": "sentiment",

@@ -20,7 +20,7 @@ from tests.helpers.dvc_repo import copy_repo as _copy_repo
 from tests.helpers.dvc_repo import run as _run
 from tests.helpers.dvc_repo import set_params as _set_params
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 DATA_STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus"]
 
 

@@ -23,7 +23,7 @@ from tests.helpers.params import deep_merge
 from tests.helpers.repo import REPO
 from tests.helpers.task_mirror import write_mirror
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 TASKS = ["sst2", "cola", "race"]  # the zero-shot stage's dependencies, so all three are prepared
 
 

@@ -26,7 +26,7 @@ from tests.helpers.dvc_repo import set_params as _set_params
 from tests.helpers.params import TINY
 from tests.helpers.task_mirror import write_mirror
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",
           "pretrain@1234", "prepare_task@sst2", "finetune@sst2-1234"]
 OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},

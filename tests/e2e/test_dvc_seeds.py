@@ -18,7 +18,7 @@ from tests.helpers.dvc_repo import set_params as _set_params
 from tests.helpers.params import TINY
 from tests.helpers.task_mirror import write_mirror
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-b")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 SEEDS = [1, 2]
 
 

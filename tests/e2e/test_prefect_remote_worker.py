@@ -35,7 +35,7 @@ from tests.helpers.prefect_stack import (
     tiny_params,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("e2e-a")]  # see tests/conftest.py
+pytestmark = pytest.mark.slow
 STAGES = ["check_corpus"]  # plus its upstream: scan_mirror, download_corpus, clean_corpus
 RAN = {"scan_mirror", "download_corpus", "clean_corpus", "check_corpus"}
 GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
