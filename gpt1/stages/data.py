@@ -12,7 +12,6 @@ from gpt1 import atomic, bpe, tracking
 from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
-from gpt1.stages import import_hf
 from gpt1.stages.recording import record, record_in_own_run
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS, TaskSpec
@@ -31,7 +30,11 @@ def scan_mirror(params: Params) -> dict[str, int]:
     files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
                                  params.paths.mirror_scan, files)
-    import_hf.scan(params)  # and the checkpoint pretrain.import_hf names (gpt1/stages/import_hf.py)
+    from gpt1.stages import (
+        import_hf,  # here, not at the top: it loads torch, which no data stage needs
+    )
+
+    import_hf.scan(params)  # and the checkpoint pretrain.import_hf names
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
 
@@ -89,7 +92,9 @@ def data_docs(params: Params) -> dict[str, Any]:
 
 def train_bpe(params: Params) -> dict[str, Any]:
     """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
-    if params.pretrain.import_hf is not None:  # convert the checkpoint's (gpt1/stages/import_hf.py)
+    if params.pretrain.import_hf is not None:  # convert the checkpoint's tokenizer instead
+        from gpt1.stages import import_hf  # torch: only on this path
+
         return import_hf.train_bpe(params)
     texts = _read_corpus(params)["text"].tolist()
     start = time.perf_counter()
