@@ -77,3 +77,17 @@ def test_ci_runs_the_readme_set_up_and_test_commands() -> None:
     ci = [line.strip() for line in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
     assert setup == "bash setup.sh" and "dvc repro" in main_job
     assert setup in ci and tests in ci, f".ci/run lacks {setup!r} or {tests!r}"
+
+
+def test_the_code_map_names_every_module() -> None:
+    """"Where the code is" names each module and subpackage of gpt1/ and each module of
+    pipelines/, so a new file cannot land without its line."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    words = set(re.findall(r"[\w.]+/?", block))
+    gpt1 = REPO / "gpt1"
+    wanted = {p.name for p in gpt1.glob("*.py") if p.name != "__init__.py"}
+    wanted |= {f"{p.name}/" for p in gpt1.iterdir() if (p / "__init__.py").is_file()}
+    wanted |= {p.name for p in (REPO / "pipelines").glob("*.py") if p.name != "__init__.py"}
+    assert not wanted - words, f"README.md's code map lacks {sorted(wanted - words)}"
