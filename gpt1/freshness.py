@@ -89,6 +89,7 @@ def stage_addresses(params: Params) -> dict[str, str]:
                 for t in params.layers.tasks for k in params.layers.layers_transferred}
     out |= {f"prepare_task_{t}": f"prepare_task@{t}" for t in params.finetune.tasks}
     out |= {f"lr_pilot_{v}_{t}": f"lr_pilot@{v}-{t}" for v in abl.variants for t in abl.tasks}
+    out |= {f"lr_pilot_full_{t}": f"lr_pilot_full@{t}" for t in abl.tasks}
     out |= {f"finetune_bow_{t}": f"floor@{t}" for t in abl.tasks}  # no pre-training seed
     return out
 
