@@ -80,7 +80,7 @@ def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monke
     assert pre_run.data.tags["dvc.stage"] == "pretrain" and pre_run.data.tags["dvc.stage_hash"]
     ft_params = client.get_run(ft["run_id"]).data.params
     assert {k.split(".")[0] for k in ft_params} == {"seed", "finetune", "tasks", "model",
-                                                     "pretrain"}
+                                                     "pretrain", "ablations"}  # its pilot's grid
     assert ft_params["finetune.tasks"].startswith('["snli"')
     assert client.get_run(parent).data.params == {}  # the pipeline run: the config artifact
     config = client.download_artifacts(parent, "config.json", str(tmp_path))
