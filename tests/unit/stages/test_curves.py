@@ -29,16 +29,21 @@ STEPS = (0, 3, 12)
 
 @pytest.fixture(scope="module")
 def curve_run(tmp_path_factory: pytest.TempPathFactory):
+    import torch
+
     from tests.helpers.params import make_params_dict
     from tests.helpers.task_mirror import write_mirror
 
+    threads = torch.get_num_threads()  # module-scoped: set before `one_thread` applies
+    torch.set_num_threads(1)
     tmp_path = tmp_path_factory.mktemp("curves")
     write_mirror(tmp_path / "mirror", rows=40)
     params = parse_params(make_params_dict(tmp_path, {
         "device": "cpu",
         "finetune": {"seeds": [0, 1], "max_eval_examples": None},
         "ablations": {"tasks": ["sst2"], "pilot": {"variants": ["scratch"],
-                                                   "lr_grid": [1e-4, 1e-3], "dev_examples": 8}},
+                                                   "lr_grid": [1e-4, 1e-3], "dev_examples": 8},
+                      "floor": {"c_grid": [1.0], "cv_folds": 2}},  # the floor's CV: seconds
         "curves": {"tasks": ["sst2"], "ns": [8, 20], "arms": ["full", "scratch"],
                    "compute_n": 12, "checkpoints": [0, 1, 2]},
         "bpe": {"n_merges": 20}}), "tiny")
@@ -60,6 +65,7 @@ def curve_run(tmp_path_factory: pytest.TempPathFactory):
         curves.curve_floor(params, "sst2", n)
     for k in params.curves.checkpoints:
         curves.curve_step(params, "sst2", k)
+    torch.set_num_threads(threads)
     return params, read_metrics(params.paths.metrics)
 
 
