@@ -164,7 +164,8 @@ def curves_section(params: Params, metrics: Metrics) -> list[str]:
         ns = params.curves.ns
         if labels:
             out += [f"Labelled-data curve, {task.upper()} (x 100, test split; mean over runs, "
-                    "95 % run-level bootstrap CI in brackets; bow = the bag-of-words floor at "
+                    "95 % run-level bootstrap CI in brackets where the prediction files exist; "
+                    "bow = the bag-of-words floor at "
                     "the same training samples):", "",
                     "| arm | " + " | ".join(f"n = {n:,}" for n in ns) + " |",
                     "|---|" + "---|" * len(ns)]

@@ -3,7 +3,8 @@ arm of curves.arms fine-tuned on n training examples, stage curve_n; the bag-of-
 at the same n, stage curve_floor) and the pre-training-compute curve (the `full` recipe
 fine-tuned from each kept zero-shot checkpoint of a pre-training run, stage curve_step). One
 fine-tuning loop (gpt1/stages/finetune.py) on the params of each point; every point is its
-own record, which the report's curves (gpt1/report/curves.py) read."""
+own record, which the report's curves (gpt1/report/curves.py) read; a record's variant is
+curve_n_<arm> or curve_step, never a table row's (the tables read finetune_* records)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def curve_n(params: Params, task: str, n: int, arm: str, pretrain_seed: int | No
     like every fine-tune; record curve_n_<task>_<n>_<arm>_p<seed>."""
     _check(params, task, n, arm)
     run, kind = arm_params(params, task, arm)
-    return finetune_variant(with_caps(run, task, n, None), task, arm, kind, pretrain_seed,
+    return finetune_variant(with_caps(run, task, n, None), task, f"{N_PREFIX}_{arm}", kind,
+                            pretrain_seed,
                             out=f"{N_PREFIX}/{arm}/{task}_{n}", stem=f"{N_PREFIX}_{task}_{n}_{arm}",
                             record_params=params)
 
@@ -89,7 +91,7 @@ def curve_step(params: Params, task: str, checkpoint: int,
                         f"(steps {steps}); curves.checkpoints names index {checkpoint}",
                         ckpt.pretrain_dir(params, "gpt", seed) / ckpt.MODEL_META)
     run = with_caps(params, task, params.curves.compute_n, None)
-    return finetune_variant(run, task, "full", "gpt", seed,
+    return finetune_variant(run, task, STEP_PREFIX, "gpt", seed,
                             out=f"{STEP_PREFIX}/{task}_{checkpoint}",
                             stem=f"{STEP_PREFIX}_{task}_{checkpoint}",
                             record_params=params, step=steps[checkpoint])
