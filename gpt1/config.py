@@ -582,7 +582,7 @@ class LayersCfg(Section):
 
 
 class CurvesCfg(Section):
-    """Where pre-training can show (issue 31 Build 9): the labelled-data curve (each arm
+    """Where pre-training can show: the labelled-data curve (each arm
     fine-tuned on n training examples, the bag-of-words floor at the same n) and the
     pre-training-compute curve (one recipe fine-tuned from each kept zero-shot checkpoint of a
     pre-training run, so accuracy vs pre-training step can be tested as a slope)."""

@@ -1,4 +1,4 @@
-"""Where pre-training can show (issue 31 Build 9), in the report: the labelled-data curve
+"""Where pre-training can show, in the report: the labelled-data curve
 (accuracy vs training examples n, one line per arm of curves.arms and the bag-of-words
 floor) and the pre-training-compute curve (fine-tuned accuracy vs the pre-training step the
 run started from), each point with its 95 % run-level bootstrap band, and the compute

@@ -1,4 +1,4 @@
-"""Where pre-training can show (issue 31 Build 9), as stages: the labelled-data curve (each
+"""Where pre-training can show, as stages: the labelled-data curve (each
 arm of curves.arms fine-tuned on n training examples, stage curve_n; the bag-of-words floor
 at the same n, stage curve_floor) and the pre-training-compute curve (the `full` recipe
 fine-tuned from each kept zero-shot checkpoint of a pre-training run, stage curve_step). One

@@ -1,7 +1,7 @@
-"""Issue 31 Build 9 end to end in-process on the tiny preset: the labelled-data curve (each
-arm at each n, the floor at the same n) and the pre-training-compute curve (fine-tuned from
-each kept checkpoint) run as their stages, and the report's curves, bands and slope test
-are computed from the records they wrote."""
+"""Where pre-training can show, end to end in-process on the tiny preset: the labelled-data
+curve (each arm at each n, the floor at the same n) and the pre-training-compute curve
+(fine-tuned from each kept checkpoint) run as their stages, and the report's curves, bands
+and slope test are computed from the records they wrote."""
 
 from __future__ import annotations
 
