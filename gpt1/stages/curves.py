@@ -8,13 +8,15 @@ curve_n_<arm> or curve_step, never a table row's (the tables read finetune_* rec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from gpt1 import atomic, floor, tracking
 from gpt1 import checkpoint as ckpt
-from gpt1 import floor, tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.stage_table import resolve_pretrain_seed
+from gpt1.stages import import_hf
 from gpt1.stages.finetune import finetune_variant
 from gpt1.stages.recording import record
 from gpt1.stages.variants import ablation_params, pilot_lr, with_caps
@@ -85,6 +87,12 @@ def curve_step(params: Params, task: str, checkpoint: int,
         raise Gpt1Error(f"checkpoint {checkpoint} not in curves.checkpoints "
                         f"{list(params.curves.checkpoints)}")
     seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
+    stem = f"{STEP_PREFIX}_{task}_{checkpoint}"
+    if params.pretrain.import_hf is not None:  # released final weights: no checkpoints
+        with atomic.atomic_path(Path(params.paths.finetuned) / f"p{seed}" / STEP_PREFIX
+                                / f"{task}_{checkpoint}") as tmp:
+            tmp.mkdir()  # the stage's (empty) output
+        return import_hf.not_run(params, f"{stem}_p{seed}")
     steps = kept_steps(params, seed)
     if checkpoint >= len(steps):
         raise Gpt1Error(f"pre-training run p{seed} kept {len(steps)} zero-shot checkpoints "
@@ -93,5 +101,5 @@ def curve_step(params: Params, task: str, checkpoint: int,
     run = with_caps(params, task, params.curves.compute_n, None)
     return finetune_variant(run, task, STEP_PREFIX, "gpt", seed,
                             out=f"{STEP_PREFIX}/{task}_{checkpoint}",
-                            stem=f"{STEP_PREFIX}_{task}_{checkpoint}",
+                            stem=stem,
                             record_params=params, step=steps[checkpoint])

@@ -125,3 +125,16 @@ def test_a_point_outside_the_params_is_refused(curve_run) -> None:
         curves.curve_n(params, "sst2", 8, "lstm")
     with pytest.raises(Gpt1Error, match="checkpoint 5 not in curves.checkpoints"):
         curves.curve_step(params, "sst2", 5)
+
+
+def test_the_compute_curve_records_why_it_does_not_run_on_imported_weights(
+        curve_run, tmp_path: Path) -> None:
+    from gpt1.stages.variants import override
+
+    params = override(curve_run[0], pretrain={"import_hf": "models/openai-gpt"},
+                      paths={"metrics": str(tmp_path / "metrics"),
+                             "finetuned": str(tmp_path / "finetuned")})  # not the module's
+    out = curves.curve_step(params, "sst2", 0)
+    assert out["not_run"].startswith("not run: pretrain.import_hf imports released final")
+    assert read_metrics(params.paths.metrics)["curve_step_sst2_0_p1234"]["not_run"]
+    assert not list((Path(params.paths.finetuned) / "p1234" / "curve_step" / "sst2_0").iterdir())
