@@ -39,6 +39,7 @@ import torch
 from devices import PEAK_BF16
 from results_file import RESULTS_DIR, add_option, recording
 
+from gpt1 import names
 from gpt1.config import Params, load_params
 from gpt1.finetune import resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
@@ -72,27 +73,25 @@ def finetune_runs(params: Params, train_rows: dict[str, int]) -> dict[str, tuple
     def seeds(run: Params, task: str) -> tuple[int, ...]:
         return resolve_hparams(run, task).seeds
 
-    def body(variant: str) -> str:
-        return "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
-
     cells: dict[str, tuple[Params, str, str]] = {  # stage (no seed) -> run params, task, body
-        f"finetune@{t}": (params, t, "gpt") for t in params.finetune.tasks}
+        f"finetune@{t}": (params, t, names.TRANSFORMER) for t in params.finetune.tasks}
     for v in params.ablations.variants:
-        run = ablation_params(params, v)
-        cells |= {f"ablation@{v}-{t}": (run, t, body(v)) for t in params.ablations.tasks}
+        run, body = ablation_params(params, v), params.ablations.presets[v].body
+        cells |= {f"ablation@{v}-{t}": (run, t, body) for t in params.ablations.tasks}
     for t in params.layers.tasks:
         run = layers_caps(params, t)
-        cells |= {f"transfer_layers@{t}-{k}": (run, t, "gpt")
+        cells |= {f"transfer_layers@{t}-{k}": (run, t, names.TRANSFORMER)
                   for k in params.layers.layers_transferred}
-    runs = {f"{name}-{p}/seed{s}": (tokens(run, t, train_rows[t]), kind)
-            for name, (run, t, kind) in cells.items() for p in params.pretrain.seeds
+    runs = {f"{name}-{p}/seed{s}": (tokens(run, t, train_rows[t]), body)
+            for name, (run, t, body) in cells.items() for p in params.pretrain.seeds
             for s in seeds(run, t)}
     for v in (v for v in params.ablations.variants if v in pilot.variants):
         for t in params.ablations.tasks:  # first pre-training seed, pilot.seed, carved dev out
             for lr in pilot.lr_grid:
                 rows = max(0, train_rows[t] - pilot.dev_examples)
                 runs[f"lr_pilot@{v}-{t}/lr{lr:g}"] = (
-                    tokens(ablation_params(params, v, lr), t, rows), body(v))
+                    tokens(ablation_params(params, v, lr), t, rows),
+                    params.ablations.presets[v].body)
     return runs
 
 
@@ -173,10 +172,11 @@ def main() -> None:
     with torch.device("meta"):  # shapes only: no 117 M-parameter allocation
         n_params = count_parameters(GPT(params.model, VOCAB))
     peak = dict(PEAK_BF16)[args.gpu]
-    fpt = {"gpt": flops_per_token(params.model, VOCAB, cfg.seq_len),
-           "lstm": lstm_flops_per_token(params.lstm, VOCAB)}
-    rate = peak * mfu / fpt["gpt"]  # tokens/s
-    plan = cost_projection(n_params, fpt["gpt"], steps * cfg.batch_seqs * cfg.seq_len, rate)
+    fpt = {names.TRANSFORMER: flops_per_token(params.model, VOCAB, cfg.seq_len),
+           names.LSTM: lstm_flops_per_token(params.lstm, VOCAB)}
+    rate = peak * mfu / fpt[names.TRANSFORMER]  # tokens/s
+    plan = cost_projection(n_params, fpt[names.TRANSFORMER],
+                           steps * cfg.batch_seqs * cfg.seq_len, rate)
     print(f"{args.params}: {plan['params'] / 1e6:.1f} M parameters, "
           f"{plan['flops_per_token'] / 1e9:.3f} GFLOP/token, {steps:,} updates = "
           f"{plan['tokens'] / 1e9:.2f} G tokens ({corpus:,} per epoch), "
@@ -185,7 +185,7 @@ def main() -> None:
     print(f"one {args.gpu} at {peak / 1e12:.0f} TFLOP/s dense bf16 x MFU {mfu:.0%} = "
           f"{rate:,.0f} tokens/s: {plan['hours']:.1f} h ({plan['hours'] / 24:.2f} days)")
     seeds = 0 if cfg.import_hf is not None else len(cfg.seeds)
-    lstm_hours = plan["hours"] * fpt["lstm"] / fpt["gpt"]
+    lstm_hours = plan["hours"] * fpt[names.LSTM] / fpt[names.TRANSFORMER]
     pretrain_hours = seeds * (plan["hours"] + lstm_hours) / args.gpus
     print(f"pre-training on {args.gpus} x {args.gpu} (DDP, linear scaling assumed): {seeds} "
           f"seed(s) x (Transformer {plan['hours'] / args.gpus:.1f} h + LSTM "
@@ -199,7 +199,7 @@ def main() -> None:
               "`dvc repro prepare_task` first")
         return
     runs = finetune_runs(p, rows)
-    flops = {name: n * fpt[kind] for name, (n, kind) in runs.items()}
+    flops = {name: n * fpt[body] for name, (n, body) in runs.items()}
     hours = fanout_hours(flops, args.gpus, peak * mfu)
     stages: dict[str, int] = {}
     for name in runs:

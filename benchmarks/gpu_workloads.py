@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpt1 import micro_batch
+from gpt1 import micro_batch, names
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
@@ -186,9 +186,9 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
                               dtype=np.uint16)]
         val = [rng.integers(0, vocab, 2 * params.pretrain.batch_seqs * (seq + 1), dtype=np.uint16)]
         torch.manual_seed(params.seed)
-        model = networks.build_model("gpt", params, vocab)
+        model = networks.build_model(names.TRANSFORMER, params, vocab)
         fpt = flops_per_token(params.model, vocab, seq)
-        meta = {"kind": "gpt", "vocab_size": vocab, "tokenizer_hash": "0" * 64}
+        meta = {"kind": names.TRANSFORMER, "vocab_size": vocab, "tokenizer_hash": "0" * 64}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if device.type == "cuda":

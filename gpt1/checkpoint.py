@@ -26,7 +26,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
-from gpt1 import atomic, networks
+from gpt1 import atomic, names, networks
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
 
@@ -222,8 +222,10 @@ def save_weights(path: Path, model: nn.Module | dict[str, torch.Tensor]) -> str:
 
 
 def write_model(run_dir: Path, model: nn.Module, meta: dict[str, Any]) -> None:
-    """Final weights + model.json (meta must hold params, tokenizer_hash, kind, vocab_size)."""
+    """Final weights + model.json (meta must hold params, tokenizer_hash, kind (the body:
+    gpt1.names), vocab_size)."""
     run_dir = Path(run_dir)
+    meta = {**meta, "kind": names.body(meta["kind"])}
     digest = save_weights(run_dir / MODEL_FILE, model)
     zeroshot = {
         p.stem.removeprefix("step_"): _sha256(p.read_bytes())
@@ -242,15 +244,19 @@ def load_weights(model: nn.Module, run_dir: str | Path, meta: dict[str, Any]) ->
 
 
 def read_model_meta(run_dir: Path) -> dict[str, Any]:
-    """model.json of a finished run, digest-checked."""
-    return _read_json_with_digest(Path(run_dir) / MODEL_META)
+    """model.json of a finished run, digest-checked; `kind` is the body's word (gpt1.names:
+    one written before the rename says `gpt`)."""
+    meta = _read_json_with_digest(Path(run_dir) / MODEL_META)
+    if "kind" in meta:
+        meta["kind"] = names.body(meta["kind"])
+    return meta
 
 
 SHAPE_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gpt": ("model", ("arch", "n_positions", "n_embd", "n_layer", "n_head", "n_inner")),
-    "lstm": ("lstm", ("n_layer", "hidden_size", "n_embd")),
+    names.TRANSFORMER: ("model", ("arch", "n_positions", "n_embd", "n_layer", "n_head", "n_inner")),
+    names.LSTM: ("lstm", ("n_layer", "hidden_size", "n_embd")),
 }
-"""Model kind -> (params section, the fields that fix its weights' shapes and wiring)."""
+"""Network body -> (params section, the fields that fix its weights' shapes and wiring)."""
 
 
 def recorded_params(meta: dict[str, Any], where: Path) -> Params:
@@ -316,8 +322,11 @@ def zeroshot_path(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / ZEROSHOT_DIR / f"step_{step:08d}.safetensors"
 
 
-def pretrain_dir(params: Params, kind: str, seed: int | None = None) -> Path:
-    """The run directory of one pre-training run: <paths.checkpoints> (kind "gpt") or
-    <paths.lstm_checkpoints> ("lstm"), then p<seed>; seed None = the first of pretrain.seeds."""
-    root = params.paths.checkpoints if kind == "gpt" else params.paths.lstm_checkpoints
-    return Path(root) / f"p{params.pretrain.seeds[0] if seed is None else seed}"
+def pretrain_dir(params: Params, body: str, pretrain_seed: int | None = None) -> Path:
+    """The run directory of one pre-training run: <paths.checkpoints> (body transformer) or
+    <paths.lstm_checkpoints> (lstm), then p<pretrain_seed> (gpt1.names.run_tag); None = the
+    first of pretrain.seeds."""
+    root = (params.paths.checkpoints if names.body(body) == names.TRANSFORMER
+            else params.paths.lstm_checkpoints)
+    return Path(root) / names.run_tag(params.pretrain.seeds[0] if pretrain_seed is None
+                                      else pretrain_seed)

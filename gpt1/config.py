@@ -619,11 +619,15 @@ class ZeroShotTask(Section):
     """Where the state-of-the-art value comes from (paper, table, split)."""
 
 
+ZEROSHOT_TASKS = ("sst2", "cola", "race", "dprd")
+"""The tasks the zero-shot heuristics score (Figure 2 right, spec §3)."""
+
+
 class ZeroShotCfg(Section):
     """Figure 2 right: LM-only heuristics on log-spaced pre-training checkpoints (spec §3)."""
 
     tasks: StrTuple
-    """Subset of sst2, cola, race, dprd."""
+    """Subset of ZEROSHOT_TASKS."""
     max_examples: PosInt | None
     """Examples scored per task (a seeded subset; null = all), also for the CoLA threshold."""
     batch_size: PosInt
@@ -642,10 +646,9 @@ class ZeroShotCfg(Section):
 
     @model_validator(mode="after")
     def _known_tasks(self) -> ZeroShotCfg:
-        known = {"sst2", "cola", "race", "dprd"}
-        bad = [t for t in self.tasks if t not in known]
+        bad = [t for t in self.tasks if t not in ZEROSHOT_TASKS]
         if bad:
-            raise ValueError(f"zeroshot.tasks: {bad} unknown; known: {sorted(known)}")
+            raise ValueError(f"zeroshot.tasks: {bad} unknown; known: {sorted(ZEROSHOT_TASKS)}")
         missing = [t for t in self.tasks if t not in self.norm]
         if missing:
             raise ValueError(f"zeroshot.norm: no entry for {missing}")
@@ -731,7 +734,7 @@ class ReportCfg(Section):
             raise ValueError(f"report.confirmatory_tasks: unknown task {bad[0]!r}")
         for key, names in (("zeroshot_weights", self.zeroshot_weights),
                            ("zeroshot_floors", self.zeroshot_floors)):
-            bad = sorted(set(names) - {"sst2", "cola", "race", "dprd"})
+            bad = sorted(set(names) - set(ZEROSHOT_TASKS))
             if bad:
                 raise ValueError(f"report.{key}: {bad} are not zero-shot tasks")
         unlabelled = sorted(set(self.paper_ablations) - set(self.row_labels))

@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic, hf_weights, records
+from gpt1 import atomic, hf_weights, names, records
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 
@@ -87,14 +87,14 @@ def run(args: argparse.Namespace, params: Params) -> None:
     from gpt1 import checkpoint
 
     model = args.model or (args.paths[0] if len(args.paths) == 2
-                           else checkpoint.pretrain_dir(params, "gpt"))
+                           else checkpoint.pretrain_dir(params, names.TRANSFORMER))
     export_hf(model, args.paths[-1], getattr(args, "tokenizer", None) or params.paths.tokenizer,
               params.paths.metrics, overwrite=args.overwrite)
 
 
 def _check_exportable(meta: dict[str, Any], cfg: Any) -> None:
     where = "model.json"
-    if meta["kind"] != "gpt" or cfg.arch != "gpt1":
+    if meta["kind"] != names.TRANSFORMER or cfg.arch != "gpt1":
         raise Gpt1Error(f"only GPT-1 (post-LN) runs map onto OpenAIGPT, this is "
                         f"{meta['kind']}/{cfg.arch}", where)
     if cfg.n_inner != 4 * cfg.n_embd:
@@ -144,8 +144,9 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
     if metrics_dir is None:
         return None
     stem = f"finetune_{meta['task']}" if meta.get("task") else "pretrain"
-    seed = meta.get("pretrain_seed")  # the record of that pre-training run, else the old stem
-    for name in ([f"{stem}_p{seed}"] if seed is not None else []) + [stem]:
+    pretrain_seed = meta.get("pretrain_seed")  # that pre-training run's record, else the old stem
+    for name in ([names.record_stem(stem, pretrain_seed)] if pretrain_seed is not None
+                 else []) + [stem]:
         scores = records.read_scores_file(records.record_paths(metrics_dir, name)[0])
         if scores is not None:
             return scores
@@ -327,6 +328,10 @@ def read_export_meta(folder: str | Path) -> dict[str, Any]:
     missing = [k for k in ("kind", "vocab_size", "params") if k not in meta]
     if missing:
         raise Gpt1Error(f"missing {missing}; export the model again", meta_path)
+    try:
+        meta["kind"] = names.body(meta["kind"])
+    except ValueError as err:
+        raise Gpt1Error(f"kind: {err}; export the model again", meta_path) from None
     if not isinstance(meta["vocab_size"], int) or meta["vocab_size"] <= 0:
         raise Gpt1Error(f"vocab_size {meta['vocab_size']!r} is not a positive integer",
                         meta_path)
@@ -351,7 +356,7 @@ def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
     params = recorded_params(meta, folder / GPT1_META)
     weights = folder / "model.safetensors"
     state = _export_tensors(weights)
-    body = networks.build_model("gpt", params, meta["vocab_size"])
+    body = networks.build_model(names.TRANSFORMER, params, meta["vocab_size"])
     ours = hf_weights.from_hf({k: v for k, v in state.items() if k.startswith("transformer.")})
     if "tokens_embed.weight" not in ours and "lm_head.weight" in state:
         ours["tokens_embed.weight"] = state["lm_head.weight"]  # saved once, as the tied head

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from gpt1 import names
 from gpt1.config import Params, parse_params, read_yaml
 from gpt1.errors import Gpt1Error
 from gpt1.repo import repo_root
@@ -78,16 +79,17 @@ def stage_addresses(params: Params) -> dict[str, str]:
     out = {name: name for name in ("download_corpus", "clean_corpus", "check_corpus",
                                    "train_bpe", "shard_corpus")}
     for p in seeds:
-        out |= {f"pretrain_p{p}": f"pretrain@{p}", f"pretrain_lstm_p{p}": f"pretrain_lstm@{p}",
-                f"zeroshot_p{p}": f"zeroshot@{p}", f"zeroshot_lstm_p{p}": f"zeroshot_lstm@{p}"}
-        out |= {f"finetune_{t}_p{p}": f"finetune@{t}-{p}" for t in params.finetune.tasks}
-        out |= {f"finetune_{v}_{t}_p{p}": f"ablation@{v}-{t}-{p}"
+        stem = functools.partial(names.record_stem, pretrain_seed=p)
+        out |= {stem(s): f"{s}@{p}" for s in ("pretrain", "pretrain_lstm", "zeroshot",
+                                               "zeroshot_lstm")}
+        out |= {stem(f"finetune_{t}"): f"finetune@{t}-{p}" for t in params.finetune.tasks}
+        out |= {stem(f"finetune_{v}_{t}"): f"ablation@{v}-{t}-{p}"
                 for v in abl.variants for t in abl.tasks}
-        out |= {f"layers_{t}_{k}_p{p}": f"transfer_layers@{t}-{k}-{p}"
+        out |= {stem(f"layers_{t}_{k}"): f"transfer_layers@{t}-{k}-{p}"
                 for t in params.layers.tasks for k in params.layers.layers_transferred}
-        out |= {f"curve_n_{t}_{n}_{a}_p{p}": f"curve_n@{t}-{n}-{a}-{p}"
+        out |= {stem(f"curve_n_{t}_{n}_{a}"): f"curve_n@{t}-{n}-{a}-{p}"
                 for t in curves.tasks for n in curves.ns for a in curves.arms}
-        out |= {f"curve_step_{t}_{k}_p{p}": f"curve_step@{t}-{k}-{p}"
+        out |= {stem(f"curve_step_{t}_{k}"): f"curve_step@{t}-{k}-{p}"
                 for t in curves.tasks for k in curves.checkpoints}
     out |= {f"prepare_task_{t}": f"prepare_task@{t}" for t in params.finetune.tasks}
     out |= {f"lr_pilot_{v}_{t}": f"lr_pilot@{v}-{t}" for v in abl.variants for t in abl.tasks}
@@ -161,4 +163,4 @@ def current_records(params: Params, metrics: Records) -> dict[str, dict[str, Any
     stems = current_stems(params)
     first = params.pretrain.seeds[0]  # a record of the one-run layout has no `_p<seed>` suffix
     return {s: dict(m) for s, m in metrics.items()
-            if s in stems or ("stage_hash" not in m and f"{s}_p{first}" in stems)}
+            if s in stems or ("stage_hash" not in m and names.record_stem(s, first) in stems)}

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
+from gpt1 import names
 from gpt1.config import GenerateCfg, Params
 from gpt1.errors import Gpt1Error
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, params: Params) -> None:
         raise Gpt1Error(f"{flag} {bad['input']!r}: {bad['msg']}") from None
     from gpt1 import checkpoint
 
-    model, tok = load_lm(args.model or checkpoint.pretrain_dir(params, "gpt"),
+    model, tok = load_lm(args.model or checkpoint.pretrain_dir(params, names.TRANSFORMER),
                          getattr(args, "tokenizer", None) or params.paths.tokenizer)
     seed = params.seed if args.seed is None else args.seed
     print(generate(model, tok, args.prompt, cfg, seed))
@@ -66,7 +67,7 @@ def load_lm(run_dir: str | Path, tokenizer_dir: str | Path) -> tuple[Any, Any]:
                         f"fine-tuned on {task} (use gpt1 predict)",
                         Path(run_dir) / checkpoint.MODEL_META)
     model, meta = checkpoint.load_model(run_dir, tok.hash)
-    if meta["kind"] != "gpt":
+    if meta["kind"] != names.TRANSFORMER:
         raise Gpt1Error(f"generate needs the Transformer LM, this run is {meta['kind']}",
                         Path(run_dir) / checkpoint.MODEL_META)
     return model, tok

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic, hf_weights
+from gpt1 import atomic, hf_weights, names
 from gpt1.config import Params, ParamsError, parse_params
 from gpt1.errors import Gpt1Error
 
@@ -316,10 +316,10 @@ def write_run(src: Path, params: Params, run_dir: str | Path, tok: Any) -> dict[
         fresh = torch.randn(tok.vocab_size - embed.shape[0], embed.shape[1], generator=gen)
         state["tokens_embed.weight"] = torch.cat([embed, fresh * cfg["initializer_range"]])
     run_params = model_params(params, cfg, len(merges), src / "config.json")
-    model = networks.build_model("gpt", run_params, tok.vocab_size)
+    model = networks.build_model(names.TRANSFORMER, run_params, tok.vocab_size)
     state = hf_weights.pad_embedding(state, model.tokens_embed.weight.shape[0])
     model.load_state_dict({k: v.float() for k, v in state.items()})
-    meta = {"kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+    meta = {"kind": names.TRANSFORMER, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "params": run_params.as_dict(), "step": 0, "arch": "gpt1",
             "backend": backend_of(model),
             "imported_from": {"source": str(src), "files": fingerprint(src)}}

@@ -4,22 +4,18 @@ on. Every stage, the checkpoint loader and `predict` build their model here."""
 
 from __future__ import annotations
 
-from gpt1 import runtime
+from gpt1 import names, runtime
 from gpt1.backends import apply_backend
 from gpt1.config import Params
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 
 
-def build_model(kind: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
-    """A fresh GPT (`kind="gpt"`) or LSTM language model from params, with the kernel backend
-    of `model.backend` installed for the device the stages run on (gpt1/backends)."""
-    model: GPT | LSTMLM
-    if kind == "gpt":
-        model = GPT(params.model, vocab_size)
-    elif kind == "lstm":
-        model = LSTMLM(params.lstm, vocab_size)
-    else:
-        raise ValueError(f"unknown model kind {kind!r}")
+def build_model(body: str, params: Params, vocab_size: int) -> GPT | LSTMLM:
+    """A fresh language model of `body` (`transformer`: GPT, `lstm`: LSTMLM; gpt1.names) from
+    params, with the kernel backend of `model.backend` installed for the device the stages run
+    on (gpt1/backends)."""
+    model: GPT | LSTMLM = (GPT(params.model, vocab_size) if names.body(body) == names.TRANSFORMER
+                           else LSTMLM(params.lstm, vocab_size))
     apply_backend(model, params.model.backend, runtime.device(params.device))
     return model

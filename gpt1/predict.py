@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gpt1 import bpe, checkpoint, networks
+from gpt1 import bpe, checkpoint, names, networks
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import infer
@@ -58,8 +58,8 @@ def run(args: argparse.Namespace, params: Params) -> None:
     if args.model is None and args.task not in params.finetune.tasks:
         raise Gpt1Error(f"--task: unknown task {args.task!r}; finetune.tasks = "
                         f"{list(params.finetune.tasks)}")
-    model_dir = args.model or (Path(params.paths.finetuned) / f"p{params.pretrain.seeds[0]}"
-                                / args.task / MODEL_DIR)
+    run = names.run_tag(params.pretrain.seeds[0])
+    model_dir = args.model or Path(params.paths.finetuned) / run / args.task / MODEL_DIR
     model, tok, spec, saved = load_task_model(
         model_dir, getattr(args, "tokenizer", None) or params.paths.tokenizer)
     if args.task is not None and args.task != spec.name:
@@ -146,11 +146,11 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def save_task_model(out_dir: str | Path, model: torch.nn.Module, params: Params, task: str,
-                    kind: str, tok: Any, pretrain_seed: int | None = None) -> None:
-    """Write a fine-tuned TaskModel with what `load_task_model` needs to rebuild it (and the
-    pre-training run it came from)."""
+                    body: str, tok: Any, pretrain_seed: int | None = None) -> None:
+    """Write a fine-tuned TaskModel of `body` (gpt1.names) with what `load_task_model` needs to
+    rebuild it (and the pre-training run it came from)."""
 
-    meta = {"kind": kind, "task": task, "vocab_size": tok.vocab_size,
+    meta = {"kind": names.body(body), "task": task, "vocab_size": tok.vocab_size,
             "tokenizer_hash": tok.hash, "params": params.as_dict(),
             **({} if pretrain_seed is None else {"pretrain_seed": pretrain_seed})}
     checkpoint.write_model(Path(out_dir), model, meta)

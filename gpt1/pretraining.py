@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpt1 import checkpoint, micro_batch
+from gpt1 import checkpoint, micro_batch, names
 from gpt1.config import Params
 from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
@@ -125,13 +125,15 @@ def cost_projection(n_params: int, flops_per_token: float, tokens: int,
     return out
 
 
-def resume_key(params: Params, kind: str, tokenizer_hash: str, precision: str) -> str:
-    """Digest of everything that determines the trained weights."""
+def resume_key(params: Params, body: str, tokenizer_hash: str, precision: str) -> str:
+    """Digest of everything that determines the trained weights (the body as checkpoints
+    were always keyed: gpt1.names.RESUME_WORDS)."""
     pretrain = {k: v for k, v in params.pretrain.model_dump(mode="json").items()
                 if k not in _NOT_TRAJECTORY}
-    arch = params.model if kind == "gpt" else params.lstm
-    blob = json.dumps([kind, arch.model_dump(mode="json"), pretrain, params.seed,
-                       tokenizer_hash, precision], sort_keys=True)
+    body = names.body(body)
+    arch = params.model if body == names.TRANSFORMER else params.lstm
+    blob = json.dumps([names.RESUME_WORDS[body], arch.model_dump(mode="json"), pretrain,
+                       params.seed, tokenizer_hash, precision], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -157,7 +159,17 @@ def validation_loss(
     return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0))}
 
 
-class Meter:
+class Cadence:
+    """A part of the loop due every `every` updates and after the last (`total`)."""
+
+    every: int
+    total: int
+
+    def due(self, done: int) -> bool:
+        return done % self.every == 0 or done == self.total
+
+
+class Meter(Cadence):
     """Train loss and throughput every log_interval_steps and at the end (rank 0 logs), and
     the cost projection: steps start+2 .. start+1+PROJECTION_STEPS timed on the device (no
     host sync), the hours logged at the next log point."""
@@ -175,9 +187,6 @@ class Meter:
         self.bar = progress(total=total_steps, initial=start, unit="step", disable=rank != 0,
                             desc=f"pretrain {kind}", mininterval=2.0, dynamic_ncols=True)
         self.window_t, self.window_steps, self.tokens_per_s = time.perf_counter(), 0, 0.0
-
-    def due(self, done: int) -> bool:
-        return done % self.every == 0 or done == self.total
 
     def start_step(self, step: int) -> None:
         if step == self.timed_from and self.marks is not None:
@@ -214,7 +223,7 @@ class Meter:
                                    "tokens": float(done * self.tokens_per_step)})
 
 
-class Evaluator:
+class Evaluator(Cadence):
     """Validation loss every eval_interval_steps and at the end, appended to the history."""
 
     def __init__(self, cfg: Any, total_steps: int, loss_module: nn.Module, windows: torch.Tensor,
@@ -225,9 +234,6 @@ class Evaluator:
         self.micro, self.precision, self.rank, self.world = micro, precision, rank, world
         self.tokens_per_step = cfg.batch_seqs * cfg.seq_len
         self.history, self.on_metrics = history, on_metrics
-
-    def due(self, done: int) -> bool:
-        return done % self.every == 0 or done == self.total
 
     def run(self, done: int, last: dict[str, float]) -> None:
         ev = validation_loss(self.module, self.windows, self.micro, self.precision, self.rank,
@@ -240,7 +246,7 @@ class Evaluator:
             self.on_metrics(done, ev)
 
 
-class Checkpointer:
+class Checkpointer(Cadence):
     """A checkpoint every checkpoint_interval_steps, at the end and when stopping, and the
     zero-shot weights at log-spaced steps: rank 0 queues a host copy and `writer` writes it in
     the background (gpt1.snapshot); no rank waits for the write."""
@@ -255,9 +261,6 @@ class Checkpointer:
         self.batch_seqs, self.copier = cfg.batch_seqs, HostCopier()
         self.zero_shot = set(zero_shot_steps(total_steps, cfg.zero_shot_checkpoints,
                                              cfg.warmup_steps))
-
-    def due(self, done: int) -> bool:
-        return done % self.every == 0 or done == self.total
 
     def zero_shot_due(self, done: int) -> bool:
         return done in self.zero_shot
@@ -296,6 +299,7 @@ def pretrain(
     model. Returns the final metrics (val loss/perplexity, throughput).
     """
     cfg, run_dir = params.pretrain, Path(run_dir)
+    meta = {**meta, "kind": names.body(meta["kind"])}
     device = run_device(params.device)
     precision = resolve_precision(cfg.precision, device)
     with (distributed(device.type) as (rank, world), stop_on_signals() as stop,
@@ -382,7 +386,8 @@ def pretrain(
         if rank == 0:
             checkpoint.write_model(run_dir, lm, {
                 **meta, "params": params.as_dict(), "step": total_steps, "precision": precision,
-                "arch": params.model.arch if meta["kind"] == "gpt" else "lstm", "split": split,
+                "arch": params.model.arch if meta["kind"] == names.TRANSFORMER else names.LSTM,
+                "split": split,
             })
         final = history[-1] if history else {}
         return {

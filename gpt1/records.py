@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt1 import atomic, freshness
+from gpt1 import atomic, freshness, names
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.registry import TASKS, Origin
@@ -268,12 +268,14 @@ def layer_results(metrics: Metrics, task: str, k: int) -> dict[str, Any] | None:
 
 
 def first_run(metrics: Metrics, stem: str, **fields: Any) -> dict[str, Any] | None:
-    """The record `stem` of a single-run layout, else the record whose fields match `fields`
-    with the lowest pretrain_seed (one record per pre-training run); None without either."""
+    """The record `stem` of a single-run layout, else the one of stage `stem` whose fields
+    match `fields` with the lowest pretrain_seed (one record per pre-training run, stem
+    `<stem>_p<pretrain_seed>`: gpt1.names.record_stem); None without either."""
     if stem in metrics:
         return metrics[stem]
-    hits = sorted((m.get("pretrain_seed", 0), s) for s, m in metrics.items()
-                  if all(m.get(k) == v for k, v in fields.items()))
+    hits = sorted((m["pretrain_seed"], s) for s, m in metrics.items()
+                  if "pretrain_seed" in m and s == names.record_stem(stem, m["pretrain_seed"])
+                  and all(m.get(k) == v for k, v in fields.items()))
     return metrics[hits[0][1]] if hits else None
 
 

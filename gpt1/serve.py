@@ -36,7 +36,7 @@ import psutil
 from gpt1 import atomic, tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.repo import repo_root
+from gpt1.repo import git, repo_root
 
 log = logging.getLogger(__name__)
 
@@ -168,14 +168,14 @@ def clone_source(root: Path) -> dict[str, str]:
     """$GPT1_REPOSITORY and $GPT1_BRANCH for the deploy (the user's values win): the
     repository a worker on another machine clones (this checkout's `origin`, else the checkout
     itself) and the branch checked out here."""
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
+    def answer(*args: str) -> str:
+        code, out = git(*args, cwd=root)
+        return out if code == 0 else ""
 
     return {"GPT1_REPOSITORY": os.environ.get("GPT1_REPOSITORY")
-            or git("remote", "get-url", "origin") or str(root),
+            or answer("remote", "get-url", "origin") or str(root),
             "GPT1_BRANCH": os.environ.get("GPT1_BRANCH")
-            or git("rev-parse", "--abbrev-ref", "HEAD") or "main"}
+            or answer("rev-parse", "--abbrev-ref", "HEAD") or "main"}
 
 
 def start(params: Params, prefect_port: int, ui: bool, timeout: float) -> dict[str, Any]:

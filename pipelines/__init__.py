@@ -1,0 +1,1 @@
+"""Orchestration: the Prefect flow over DVC's stage graph and what a deployment needs around it."""

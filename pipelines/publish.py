@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
+from gpt1.repo import git
 from gpt1.serve import REMOTE_ENV
 
 BRANCH_PREFIX = "gpt1-runs/"
@@ -23,22 +24,15 @@ BRANCH_PREFIX = "gpt1-runs/"
 _IDENTITY = ["-c", "user.name=gpt1 worker", "-c", "user.email=gpt1-worker@localhost"]
 
 
-def _git(args: list[str], root: Path) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
-    if done.returncode:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
-        raise Gpt1Error(f"`git {' '.join(args)}` failed: {tail}", root)
-    return done.stdout.strip()
-
-
 def publish_run(root: Path, run_name: str) -> str:
     """Commit the run's git-tracked results in `root` (a checkout cloned by the deployment's
     pull step) and push them to its origin as gpt1-runs/<run_name>; returns the branch."""
     branch = BRANCH_PREFIX + run_name
-    _git(["add", "-A"], root)  # dvc.lock, metrics, reports; DVC's .gitignore keeps the data out
-    if _git(["status", "--porcelain"], root):
-        _git([*_IDENTITY, "commit", "-q", "-m", f"gpt1 pipeline run {run_name}"], root)
-    _git(["push", "-q", "origin", f"HEAD:refs/heads/{branch}"], root)
+    git("add", "-A", cwd=root, check=True)  # dvc.lock, metrics, reports (DVC's .gitignore: no data)
+    if git("status", "--porcelain", cwd=root, check=True)[1]:
+        git(*_IDENTITY, "commit", "-q", "-m", f"gpt1 pipeline run {run_name}", cwd=root,
+            check=True)
+    git("push", "-q", "origin", f"HEAD:refs/heads/{branch}", cwd=root, check=True)
     return branch
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny params with every path under tmp_path, seeding, the gpu marker."""
+"""Shared fixtures and hooks: tiny params with every path under tmp_path, seeding, one thread,
+the gpu skip and the slow mark on every end-to-end test. Shared builders are in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -79,7 +80,16 @@ def _seed() -> None:
         pass
 
 
+E2E = Path(__file__).parent / "e2e"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every end-to-end test is `slow` (the fast lane, `-m "not slow"`, leaves them out); gpu
+    tests skip without a CUDA device."""
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.slow)
     import torch
 
     if torch.cuda.is_available():

@@ -2,7 +2,7 @@
 
 One module per role: `contrasts` (our cells, predictions, run-level bootstrap contrasts,
 degeneracy flags), `tables` (Tables 2-5), `figure2` (curves, bands, baselines, the figure,
-`dvc plots` rows), `prose` (what the curves show, as far as the verdicts say), `verdict` (a
+`dvc plots` rows), `prose` (what the curves show, as far as the verdicts say), `estimates` (a
 finding's record and point estimates), `findings` ((a), (b), (e) and the findings section),
 `curve_tests` ((c), (d)), `pilots` (every arm's pilot table and the plan's gate),
 `document` (assembly and `write_outputs`, the stage's entry) and `verdicts` (`gpt1

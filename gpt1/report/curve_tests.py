@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gpt1 import stats
+from gpt1 import names, stats
 from gpt1.config import Params
 from gpt1.records import Metrics, layer_results
 from gpt1.report.contrasts import (
@@ -23,8 +23,7 @@ from gpt1.report.contrasts import (
     run_contrast,
     run_text,
 )
-from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
-from gpt1.report.verdict import (
+from gpt1.report.estimates import (
     FLAGGED,
     NO_CI,
     Finding,
@@ -38,6 +37,7 @@ from gpt1.report.verdict import (
     pts,
     run_points,
 )
+from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
 
 PAPER_LAYER_TASKS = ("mnli", "race")
 
@@ -122,7 +122,7 @@ def k_flags(params: Params, recs: Mapping[str, Mapping[int, Mapping[str, Any]]],
 
 def _zs_records(metrics: Metrics, model: str) -> list[dict[str, Any]]:
     return sorted((m for stem, m in sorted(metrics.items())
-                   if stem.startswith("zeroshot") and m.get("model") == model
+                   if stem.startswith("zeroshot") and names.record_body(m) == model
                    and "checkpoints" in m), key=lambda m: int(m.get("pretrain_seed", 0)))
 
 

@@ -23,7 +23,7 @@ from gpt1.report.contrasts import (
     read_predictions,
     run_contrast,
 )
-from gpt1.report.verdict import component
+from gpt1.report.estimates import component
 
 FLOOR_ARM = "bow"
 """The floor's line of the labelled-data curve (gpt1.floor.VARIANT)."""

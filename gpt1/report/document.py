@@ -8,10 +8,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpt1 import names
 from gpt1.config import Params
 from gpt1.freshness import is_current
 from gpt1.records import Metrics, first_run, split_origins, variant_results
+from gpt1.repo import git
 from gpt1.report.curves import FIGURE, curves_section, plot_curves
+from gpt1.report.estimates import Finding, findings_json
 from gpt1.report.figure2 import (
     MODEL_LABELS,
     at_floors,
@@ -27,7 +30,6 @@ from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.pilots import pilot_section
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.tables import render_ablations, render_custom, render_table
-from gpt1.report.verdict import Finding, findings_json
 from gpt1.tasks.registry import TASKS
 
 
@@ -69,7 +71,8 @@ def _zeroshot_table(metrics: Metrics) -> list[str]:
         for c in m["checkpoints"]:
             raw = c.get("scores", {})
             seed = f" p{m['pretrain_seed']}" if "pretrain_seed" in m else ""
-            lines.append(f"| {MODEL_LABELS.get(m['model'], m['model'])}{seed} | {c['step']} | "
+            body = names.record_body(m) or "?"
+            lines.append(f"| {MODEL_LABELS.get(body, body)}{seed} | {c['step']} | "
                          + " | ".join(f"{100 * raw[t]:.1f}" if t in raw else "n/a"
                                       for t in tasks) + " |")
     return lines
@@ -83,8 +86,8 @@ def _provenance(params: Params, metrics: Metrics) -> list[str]:
     if dl:
         lines.append(f"- Pre-training corpus: source `{dl.get('source')}`, {dl.get('files')} "
                      f"files, {dl.get('bytes')} bytes (BooksCorpus stand-in).")
-    for stage, kind in (("pretrain", "gpt"), ("pretrain_lstm", "lstm")):
-        m = first_run(metrics, stage, kind=kind)
+    for stage in ("pretrain", "pretrain_lstm"):
+        m = first_run(metrics, stage)
         if m:
             keys = ", ".join(f"{k} {m[k]:.4g}" if isinstance(m[k], float) else f"{k} {m[k]}"
                              for k in ("steps", "tokens", "val_ppl", "val_loss") if k in m)
@@ -146,7 +149,7 @@ def _split_kind(task: str) -> str:
 
 def banner(params: Params, metrics: Metrics) -> list[str]:
     """Preset, model size, pre-training tokens and validation perplexity, data substitutions."""
-    m, pre = params.model, first_run(metrics, "pretrain", kind="gpt") or {}
+    m, pre = params.model, first_run(metrics, "pretrain") or {}
     vocab = metrics.get("train_bpe", {}).get("vocab_size")
     size = (f"{m.n_layer} layers x {m.n_embd} wide, {m.n_head} heads, context {m.n_positions}"
             + (f", {_parameters(params, int(vocab)) / 1e6:.1f} M parameters" if vocab else ""))
@@ -192,30 +195,17 @@ def plan_commit(params: Params) -> str:
     docs/study.md (git), else `unknown`."""
     if params.report.plan_commit:
         return params.report.plan_commit
-    _, out = _git("log", "-1", "--format=%h", "--", "docs/study.md")
+    _, out = git("log", "-1", "--format=%h", "--", "docs/study.md", timeout=10)
     return out or "unknown (docs/study.md not committed)"
-
-
-def _git(*args: str) -> tuple[int, str]:
-    import subprocess
-
-    from gpt1.repo import repo_root
-
-    try:
-        out = subprocess.run(["git", *args], cwd=repo_root(), capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return 1, ""
-    return out.returncode, out.stdout.strip()
 
 
 def plan_check(commit: str) -> str:
     """Whether the plan commit is an ancestor of the checked-out commit and touches no result
     (nothing under reports/, no dvc.lock), from git."""
-    code, _ = _git("merge-base", "--is-ancestor", commit, "HEAD")
+    code, _ = git("merge-base", "--is-ancestor", commit, "HEAD", timeout=10)
     if code not in (0, 1):
         return "not found in this clone's git history"
-    code_files, files = _git("show", "--name-only", "--format=", commit)
+    code_files, files = git("show", "--name-only", "--format=", commit, timeout=10)
     results = [f for f in files.splitlines() if f.startswith("reports/") or f == "dvc.lock"]
     return (("an ancestor of HEAD" if code == 0 else "NOT an ancestor of HEAD") + "; "
             + ("touches no result" if not results and code_files == 0
@@ -231,7 +221,8 @@ touches any of them is printed in the report."""
 def analysis_changes(commit: str) -> list[str] | None:
     """`<hash> <subject>` of every commit after `commit` (to HEAD) touching ANALYSIS_PATHS;
     None when git cannot tell (no such commit, no git)."""
-    code, out = _git("log", "--format=%h %s", f"{commit}..HEAD", "--", *ANALYSIS_PATHS)
+    code, out = git("log", "--format=%h %s", f"{commit}..HEAD", "--", *ANALYSIS_PATHS,
+                    timeout=10)
     if code != 0:
         return None
     return [line if len(line) <= 300 else line[:299] + "…" for line in out.splitlines()]
@@ -400,7 +391,7 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
 
 
 FINDINGS_FILE = "findings.json"
-"""The findings (a)-(e) with their CIs as data, for `gpt1 verdicts` (gpt1.report.verdict)."""
+"""The findings (a)-(e) with their CIs as data, for `gpt1 verdicts` (gpt1.report.estimates)."""
 
 HEADLINE_FILE = "headline.json"
 """The scores a user compares across experiments, as one small DVC metrics file (short,

@@ -10,13 +10,15 @@ from typing import Any
 
 import numpy as np
 
+from gpt1 import names
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.records import Metrics, layer_results
 from gpt1.report.contrasts import Preds, RowPreds, Term, contrast, read_predictions, run_contrast
 from gpt1.tasks.registry import TASKS
 
-MODEL_LABELS = {"transformer": "Transformer", "lstm": "LSTM"}
+MODEL_LABELS = {names.TRANSFORMER: "Transformer", names.LSTM: "LSTM"}
+"""Network body (gpt1.names) -> its label in the figure and the report."""
 
 
 def scored_key(m: Mapping[str, Any]) -> str:
@@ -79,7 +81,7 @@ def zeroshot_curves(metrics: Metrics) -> dict[str, dict[str, list[tuple[int, flo
     for stem, m in sorted(metrics.items()):
         if not stem.startswith("zeroshot") or "checkpoints" not in m:
             continue
-        per_model = acc.setdefault(m["model"], {})
+        per_model = acc.setdefault(names.record_body(m) or "", {})
         for ckpt in m["checkpoints"]:
             for task, value in ckpt["normalised"].items():
                 per_model.setdefault(task, {}).setdefault(int(ckpt["step"]), []).append(
@@ -265,7 +267,7 @@ def zeroshot_bands(params: Params, metrics: Metrics
     out: dict[str, dict[str, list[tuple[int, float, float]]]] = {}
     for model in MODEL_LABELS:
         recs = [m for stem, m in sorted(metrics.items()) if stem.startswith("zeroshot")
-                and m.get("model") == model]
+                and names.record_body(m) == model]
         preds = [(m, p) for m in recs if (p := zeroshot_predictions(m)) is not None]
         if not preds or len(preds) != len(recs):
             continue

@@ -18,8 +18,7 @@ from gpt1.config import Params
 from gpt1.records import Metrics, variant_results
 from gpt1.report.contrasts import arm_flags, contrast, row_predictions, run_text
 from gpt1.report.curve_tests import layers_finding, zeroshot_finding
-from gpt1.report.pilots import finding_gate
-from gpt1.report.verdict import (
+from gpt1.report.estimates import (
     FLAGGED,
     NO_CI,
     UNTESTABLE,
@@ -34,6 +33,7 @@ from gpt1.report.verdict import (
     pts,
     run_points,
 )
+from gpt1.report.pilots import finding_gate
 
 LARGE_TRAIN = 100_000
 """Training examples from which a task counts as large for finding (b): the paper's aux-LM gain

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from gpt1.report.estimates import Finding
 from gpt1.report.figure2 import MODEL_LABELS
-from gpt1.report.verdict import Finding
 
 
 def describe_left(left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic, floor, tracking
+from gpt1 import atomic, floor, names, tracking
 from gpt1 import checkpoint as ckpt
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
@@ -40,9 +40,9 @@ def arm_params(params: Params, task: str, arm: str) -> tuple[Params, str]:
     """(the finetune params of `arm`, its body kind): `full` = params' own recipe; a name of
     ablations.presets = that Table 5 row at the lr its pilot chose (as the ablation stage)."""
     if arm == "full":
-        return params, "gpt"
+        return params, names.TRANSFORMER
     run = ablation_params(params, arm, pilot_lr(params, arm, task))
-    return run, "gpt" if params.ablations.presets[arm].body == "transformer" else "lstm"
+    return run, names.body(params.ablations.presets[arm].body)
 
 
 def curve_n(params: Params, task: str, n: int, arm: str, pretrain_seed: int | None = None
@@ -72,7 +72,7 @@ def curve_floor(params: Params, task: str, n: int) -> dict[str, Any]:
 
 def kept_steps(params: Params, seed: int) -> list[int]:
     """The steps of the kept zero-shot checkpoints of Transformer pre-training run `seed`."""
-    meta = ckpt.read_model_meta(ckpt.pretrain_dir(params, "gpt", seed))
+    meta = ckpt.read_model_meta(ckpt.pretrain_dir(params, names.TRANSFORMER, seed))
     return sorted(int(s) for s in meta["zeroshot"])
 
 
@@ -89,17 +89,17 @@ def curve_step(params: Params, task: str, checkpoint: int,
     seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     stem = f"{STEP_PREFIX}_{task}_{checkpoint}"
     if params.pretrain.import_hf is not None:  # released final weights: no checkpoints
-        with atomic.atomic_path(Path(params.paths.finetuned) / f"p{seed}" / STEP_PREFIX
+        with atomic.atomic_path(Path(params.paths.finetuned) / names.run_tag(seed) / STEP_PREFIX
                                 / f"{task}_{checkpoint}") as tmp:
             tmp.mkdir()  # the stage's (empty) output
-        return import_hf.not_run(params, f"{stem}_p{seed}")
+        return import_hf.not_run(params, names.record_stem(stem, seed))
     steps = kept_steps(params, seed)
     if checkpoint >= len(steps):
-        raise Gpt1Error(f"pre-training run p{seed} kept {len(steps)} zero-shot checkpoints "
-                        f"(steps {steps}); curves.checkpoints names index {checkpoint}",
-                        ckpt.pretrain_dir(params, "gpt", seed) / ckpt.MODEL_META)
+        raise Gpt1Error(f"pre-training run {names.run_tag(seed)} kept {len(steps)} zero-shot "
+                        f"checkpoints (steps {steps}); curves.checkpoints names index {checkpoint}",
+                        ckpt.pretrain_dir(params, names.TRANSFORMER, seed) / ckpt.MODEL_META)
     run = with_caps(params, task, params.curves.compute_n, None)
-    return finetune_variant(run, task, STEP_PREFIX, "gpt", seed,
+    return finetune_variant(run, task, STEP_PREFIX, names.TRANSFORMER, seed,
                             out=f"{STEP_PREFIX}/{task}_{checkpoint}",
                             stem=stem,
                             record_params=params, step=steps[checkpoint])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, floor, networks, predict, runtime, tracking
+from gpt1 import atomic, bpe, checkpoint, floor, names, networks, predict, runtime, tracking
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import (
@@ -39,14 +39,14 @@ def task_truncation(params: Params, task: str) -> formats.Truncation:
 
 def finetune(params: Params, task: str, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table)."""
-    return finetune_variant(params, task, "full", "gpt", pretrain_seed)
+    return finetune_variant(params, task, "full", names.TRANSFORMER, pretrain_seed)
 
 
 def finetune_variant(params: Params, task: str, variant: str, kind: str,
                      seed: int | None = None, out: str = "", stem: str = "",
                      record_params: Params | None = None, step: int | None = None
                      ) -> dict[str, Any]:
-    """Fine-tune a `kind` body ("gpt" | "lstm") of pre-training run `seed` on `task`; the
+    """Fine-tune a `kind` body (transformer | lstm) of pre-training run `seed` on `task`; the
     ablations, Figure 2 left and the curves reuse this with their own params and variant name.
     Writes to <paths.finetuned>/p<seed>/<out> (default <task> or <variant>/<task>) and the
     record <stem>_p<seed> (default finetune[_<variant>]_<task>); record_params = the params
@@ -85,9 +85,9 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     data["train"] = train_sets[hp.seeds[0]]
     keep_model = variant == "full" and not out
     out = out or (task if variant == "full" else f"{variant}/{task}")
-    out_dir = Path(params.paths.finetuned) / f"p{seed}" / out
+    out_dir = Path(params.paths.finetuned) / names.run_tag(seed) / out
     default = f"finetune_{task}" if variant == "full" else f"finetune_{variant}_{task}"
-    stem = f"{stem or default}_p{seed}"
+    stem = names.record_stem(stem or default, seed)
     n_train = len(trains[hp.seeds[0]])
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
                   if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
@@ -142,7 +142,8 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
         "train_split": f"{spec.sources['train']}{sample['train']}",
         "n_train": result["n_train"], "n_dev": result["n_dev"], "n_eval": result["n_eval"],
         "truncated": result["truncated"], "truncation": params.tasks.truncation,
-        "init": ft.init, "body": kind, "lm_coef": hp.lm_coef, "backend": result["backend"],
+        "init": ft.init, "body": names.body(kind), "lm_coef": hp.lm_coef,
+        "backend": result["backend"],
         "layers_transferred": ft.layers_transferred, "seeds": list(hp.seeds),
         "pretrain_seed": pretrain_seed, "select": hp.select, "lr": hp.lr,
         "warmup_steps": result["seeds"][0]["warmup_steps"],
@@ -163,7 +164,7 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
     ablation_params(params, variant)  # an unknown variant: one line, listed
     variant_params = ablation_params(params, variant, pilot_lr(params, variant, task))
-    kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
+    kind = params.ablations.presets[variant].body
     return finetune_variant(variant_params, task, variant, kind, pretrain_seed)
 
 
@@ -177,7 +178,7 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
                         f"{list(params.layers.tasks)} or outside 0..{params.model.n_layer}")
     run = override(layers_caps(params, task),
                     finetune={"layers_transferred": layers, "init": "pretrained"})
-    return finetune_variant(run, task, f"layers_{layers}", "gpt", pretrain_seed,
+    return finetune_variant(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
                             out=f"layers/{task}_{layers}", stem=f"layers_{task}_{layers}",
                             record_params=params)
 

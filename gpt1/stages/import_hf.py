@@ -28,6 +28,7 @@ from gpt1 import (
     checkpoint,
     hf_import,
     micro_batch,
+    names,
     pretraining,
     records,
     runtime,
@@ -64,7 +65,7 @@ def train_bpe(params: Params) -> dict[str, Any]:
 def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path) -> dict[str, Any]:
     """The pretrain stage's import into `run_dir` (its record: validation loss on our held-out
     books); the LSTM's pre-training does not run (`not_run`)."""
-    if kind != "gpt":
+    if names.body(kind) != names.TRANSFORMER:
         return not_run(params, stage, run_dir=run_dir)
     tok = bpe.load_bpe(params.paths.tokenizer)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
@@ -80,7 +81,7 @@ def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path) ->
             pretraining.CausalLM(model.to(device)), windows, micro,
             resolve_precision(cfg.precision, device), 0, 1)
         metrics = {**val, "backend": meta["backend"], "imported_from": meta["imported_from"],
-                   "kind": kind, "pretrain_seed": seed}
+                   "body": names.body(kind), "pretrain_seed": seed}
         records.write_curve(params, stage, [{"step": 0, **val}])
         record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val)
     log.info("%s: imported %s, validation perplexity %.2f on our held-out books", stage,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import checkpoint, predict, tracking
+from gpt1 import checkpoint, names, predict, tracking
 from gpt1.config import Params
 
 MODEL_EXAMPLE = "it was a bright cold day in april, and the clocks were striking thirteen."
@@ -21,7 +21,7 @@ def log_model(params: Params, model_dir: str | Path, kind: str, spec: Any,
     """The run's model as a registered MLflow pyfunc model (gpt1-pretrain, gpt1-<task>), its
     input example the first rows of `table` (the task's training sample) in the task's input
     columns; the LSTM baseline keeps its raw files as artifacts (no pyfunc flavour for it)."""
-    if kind != "gpt":
+    if names.body(kind) != names.TRANSFORMER:
         for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):
             tracking.log_artifact(Path(model_dir) / name, "model")
         return

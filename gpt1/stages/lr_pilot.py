@@ -49,7 +49,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
         run = override(run, finetune={"seeds": [cfg.seed], "select": "final"},
                         paths={"tasks": str(base / "tables"), "metrics": str(base / "metrics"),
                                "finetuned": str(base / "runs")})
-        kind = "gpt" if params.ablations.presets[variant].body == "transformer" else "lstm"
+        kind = params.ablations.presets[variant].body
         with tracking.child_scope(f"lr={lr:g}", run, {"gpt1.lr_candidate": f"{lr:g}"}):
             m = finetune_variant(run, task, variant, kind, seed, out=f"lr_{lr:g}",
                                  stem=f"lr_{lr:g}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from gpt1 import bpe, checkpoint, networks, pretraining, records, tracking
+from gpt1 import bpe, checkpoint, names, networks, pretraining, records, tracking
 from gpt1.backends import backend_of
 from gpt1.config import Params
 from gpt1.data import shards
@@ -24,7 +24,7 @@ from gpt1.stages.variants import lm_params
 
 def pretrain(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Pre-train the Transformer LM on the token shards (spec §1); resumes if interrupted."""
-    return _pretrain(params, "pretrain", "gpt", pretrain_seed)
+    return _pretrain(params, "pretrain", names.TRANSFORMER, pretrain_seed)
 
 
 def pretrain_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def pretrain_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str,
 def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
     seed = resolve_pretrain_seed(params.pretrain.seeds, seed)
     run_dir = str(checkpoint.pretrain_dir(params, kind, seed))
-    stage = f"{name}_p{seed}"
+    stage = names.record_stem(name, seed)
     if params.pretrain.import_hf is not None:  # import instead (gpt1/stages/import_hf.py)
         return import_hf.pretrain(params, stage, kind, seed, Path(run_dir))
     record_params, params = params, lm_params(params, kind, seed)
@@ -45,7 +45,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
     torch.manual_seed(params.seed)  # the initial weights are part of the run's trajectory
     model = networks.build_model(kind, params, tok.vocab_size)
     flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
-             if kind == "gpt" else lstm_flops_per_token(params.lstm, tok.vocab_size))
+             if kind == names.TRANSFORMER else lstm_flops_per_token(params.lstm, tok.vocab_size))
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "backend": backend_of(model), "pretrain_seed": seed}
     is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
@@ -55,7 +55,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
         metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
                                        flops, on_metrics or (lambda step, m: None))
         history = metrics.pop("history")
-        metrics.update(backend=meta["backend"], pretrain_seed=seed, kind=kind)
+        metrics.update(backend=meta["backend"], pretrain_seed=seed, body=kind)
         if is_rank0:
             records.write_curve(params, stage, history)
             logged_models.log_model(params, run_dir, kind, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpt1 import freshness, records, tracking
+from gpt1 import freshness, names, records, tracking
 from gpt1.config import Params
 from gpt1.report import document
 from gpt1.stages.variants import ablation_params
@@ -17,7 +17,7 @@ def report(params: Params) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
     # the current stages' records only: another config's leftovers are not this run's
     metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))
-    expected = {f"finetune_{v}_{t}_p{p}": ablation_params(
+    expected = {names.record_stem(f"finetune_{v}_{t}", p): ablation_params(
                     params, v, lr=metrics.get(f"lr_pilot_{v}_{t}", {}).get("chosen_lr")).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks
                 for p in params.pretrain.seeds}

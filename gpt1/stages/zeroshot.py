@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, runtime, tracking
+from gpt1 import atomic, bpe, checkpoint, names, runtime, tracking
 from gpt1 import zeroshot as zs
 from gpt1.backends import backend_of
 from gpt1.config import Params
@@ -23,21 +23,20 @@ from gpt1.tasks import formats, load
 
 log = logging.getLogger(__name__)
 
-MODEL_NAMES = {"gpt": "transformer", "lstm": "lstm"}
-"""LM kind -> its name in the records and prediction files."""
 
 
 def predictions_path(params: Params, kind: str, seed: int) -> Path:
     """Where the stage of pre-training run `seed` of `kind` writes its per-example predictions."""
-    return Path(params.paths.finetuned) / f"p{seed}" / "zeroshot" / f"{MODEL_NAMES[kind]}.parquet"
+    run = Path(params.paths.finetuned) / names.run_tag(seed)
+    return run / "zeroshot" / f"{names.body(kind)}.parquet"
 
 
 def score_checkpoints(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
-    """Score every kept checkpoint of pre-training run `seed` of `kind` ("gpt" | "lstm");
+    """Score every kept checkpoint of pre-training run `seed` of `kind` (transformer | lstm);
     writes <paths.finetuned>/p<seed>/zeroshot/<model>.parquet and the record <name>_p<seed>.
     Every checkpoint and run is scored on the same examples (seeded by params.seed)."""
     run_dir = checkpoint.pretrain_dir(params, kind, seed)
-    stage, model_name = f"{name}_p{seed}", MODEL_NAMES[kind]
+    stage, model_name = names.record_stem(name, seed), names.body(kind)
     checkpoint.check_model_shape(run_dir, params)
     cfg = params.zeroshot
     tok = bpe.load_bpe(params.paths.tokenizer)
@@ -69,7 +68,7 @@ def score_checkpoints(params: Params, name: str, kind: str, seed: int) -> dict[s
             columns=["step", "task", "example", "label", "prediction"])
         atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
         metrics = {
-            "model": model_name, "pretrain_seed": seed, "steps": steps, "checkpoints": rows,
+            "body": model_name, "pretrain_seed": seed, "steps": steps, "checkpoints": rows,
             "n_examples": counts, "predictions": str(pred_path),
             "eval_split": (f"canonical test splits of {', '.join(scored)} (seeded sample, at "
                            f"most {cfg.max_examples}); CoLA threshold fitted on "
@@ -84,7 +83,7 @@ def score_checkpoints(params: Params, name: str, kind: str, seed: int) -> dict[s
 
 def zeroshot(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
     """Figure 2 right: zero-shot heuristics on the Transformer's log-spaced checkpoints."""
-    return _zeroshot(params, "zeroshot", "gpt", pretrain_seed)
+    return _zeroshot(params, "zeroshot", names.TRANSFORMER, pretrain_seed)
 
 
 def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
@@ -95,7 +94,7 @@ def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str,
 def _zeroshot(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
     seed = resolve_pretrain_seed(params.pretrain.seeds, seed)
     if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
-        return import_hf.not_run(params, f"{name}_p{seed}",
+        return import_hf.not_run(params, names.record_stem(name, seed),
                                  zeroshot_file=predictions_path(params, kind, seed))
     return score_checkpoints(params, name, kind, seed)
 

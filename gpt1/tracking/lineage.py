@@ -8,7 +8,6 @@ import fcntl
 import hashlib
 import json
 import os
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gpt1.repo import repo_root
+from gpt1.repo import git, repo_root
 
 PARENT_ENV = "GPT1_PARENT_RUN_ID"
 """Environment variable carrying the parent (pipeline) run id to stage subprocesses."""
@@ -49,9 +48,8 @@ def stage_sections(stage: str | None) -> list[str] | None:
 
 def git_commit() -> str | None:
     """HEAD of the repo the run comes from (None outside git)."""
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True,
-                          text=True, check=False)
-    return proc.stdout.strip() if proc.returncode == 0 else None
+    code, out = git("rev-parse", "HEAD")
+    return out if code == 0 else None
 
 
 def context_tags() -> dict[str, str]:

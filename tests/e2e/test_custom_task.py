@@ -117,9 +117,9 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     texts = [r.split(",")[0] for r in (tmp_path / "reviews.csv").read_text().splitlines()[1:]]
     tok = bpe.train_bpe(standardize_texts([" ".join(texts)] * 3), params.bpe,
                         params.paths.tokenizer)
-    body = networks.build_model("gpt", params, tok.vocab_size)  # a stand-in pre-trained LM
-    checkpoint.write_model(checkpoint.pretrain_dir(params, "gpt"), body, {
-        "kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+    body = networks.build_model("transformer", params, tok.vocab_size)  # a stand-in pre-trained LM
+    checkpoint.write_model(checkpoint.pretrain_dir(params, "transformer"), body, {
+        "kind": "transformer", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
         "params": params.as_dict(), "step": 0})
     record = finetune_stages.finetune(params, "reviews")
     assert record["task"] == "reviews" and "acc" in record["scores"]

@@ -64,7 +64,7 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     rng = random.Random(0)
     tok = bpe.train_bpe([_sentence(rng, 30) for _ in range(50)], params.bpe,
                         params.paths.tokenizer)
-    _pretrained(params, "gpt", checkpoint.pretrain_dir(params, "gpt"), tok)
+    _pretrained(params, "transformer", checkpoint.pretrain_dir(params, "transformer"), tok)
     _pretrained(params, "lstm", checkpoint.pretrain_dir(params, "lstm"), tok)
     for task in params.finetune.tasks:
         write_tables({s: _table(task, 16, rng) for s in ("train", "dev", "test")},

@@ -71,7 +71,7 @@ def fixture_metrics(root: Path) -> Path:
                 "eval_split": f"{task} dev split (fixture)", "n_train": 64, "n_eval": 32,
                 "config_hash": "fixture0hash"}
     for stem, model, wiggle in (("zeroshot", "transformer", 0.0), ("zeroshot_lstm", "lstm", 0.1)):
-        files[stem] = {"model": model, "config_hash": "fixture0hash", "checkpoints": [
+        files[stem] = {"body": model, "config_hash": "fixture0hash", "checkpoints": [
             {"step": step, "scores": {"sst2": 0.5 + 0.01 * j, "cola": 0.02 * j,
                                       "race": 0.25 + 0.01 * j, "dprd": 0.5},
              "normalised": {

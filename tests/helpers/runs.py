@@ -52,7 +52,7 @@ def random_run(params, run_dir: Path, tok_hash: str, vocab: int) -> GPT:
         for name, p in model.named_parameters():
             if "ln_" in name or name.endswith("bias"):
                 p.add_(0.1 * torch.randn_like(p))
-    checkpoint.write_model(run_dir, model, {"kind": "gpt", "vocab_size": vocab,
+    checkpoint.write_model(run_dir, model, {"kind": "transformer", "vocab_size": vocab,
                                             "tokenizer_hash": tok_hash, "params": params.as_dict(),
                                             "step": 0})
     return model
@@ -79,6 +79,6 @@ def task_export(tiny_params, tmp_path, task: str):
     with torch.no_grad():
         torch.nn.init.normal_(task_model.head.linear.weight, std=1.0)
         task_model.head.linear.bias.fill_(0.3)
-    save_task_model(tmp_path / "ft", task_model, params, task, "gpt", tok)
+    save_task_model(tmp_path / "ft", task_model, params, task, "transformer", tok)
     export_hf(tmp_path / "ft", tmp_path / "hf", tmp_path / "tok")
     return params, task_model.eval(), tok

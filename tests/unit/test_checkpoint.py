@@ -45,12 +45,13 @@ def _kill_when(proc: subprocess.Popen, ready, timeout: float = 60.0) -> bool:
     raise AssertionError("run neither reached the kill point nor finished")
 
 
+@pytest.mark.slow
 def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
     """Kills mid-training and mid-checkpoint-write, each followed by a re-run."""
     _, ref = prepare_run(tmp_path, "ref", {})
     pretrain_stages.pretrain(ref)
     params_file, run = prepare_run(tmp_path, "killed", {})
-    run_dir = checkpoint.pretrain_dir(run, "gpt")
+    run_dir = checkpoint.pretrain_dir(run, "transformer")
     ckpts = run_dir / checkpoint.CKPT_DIR
 
     def mid_write() -> bool:  # a checkpoint directory being written (atomic temp dir)
@@ -78,7 +79,7 @@ def test_sigkill_anywhere_then_rerun_is_bit_identical(tmp_path):
     # 3: resume in a subprocess to the end
     proc = _spawn(params_file)
     assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()
-    ref_dir = checkpoint.pretrain_dir(ref, "gpt")
+    ref_dir = checkpoint.pretrain_dir(ref, "transformer")
     final = checkpoint.MODEL_FILE
     assert (run_dir / final).read_bytes() == (ref_dir / final).read_bytes()
     for zs in sorted((ref_dir / checkpoint.ZEROSHOT_DIR).iterdir()):
@@ -104,7 +105,7 @@ def finished(tmp_path):
 
 
 def _ckpt_file(params, name: str) -> Path:
-    return checkpoint.latest_checkpoint(checkpoint.pretrain_dir(params, "gpt")) / name
+    return checkpoint.latest_checkpoint(checkpoint.pretrain_dir(params, "transformer")) / name
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
@@ -117,7 +118,7 @@ def test_damaged_checkpoint_is_refused_on_resume(finished, name, damage):
     else:
         data = data[: len(data) // 2]
     path.write_bytes(bytes(data))
-    (checkpoint.pretrain_dir(finished, "gpt") / "model.safetensors").unlink()
+    (checkpoint.pretrain_dir(finished, "transformer") / "model.safetensors").unlink()
     with pytest.raises(Gpt1Error, match=rf"{name}: sha256 does not match"):
         pretrain_stages.pretrain(finished)
 
@@ -135,7 +136,7 @@ def test_edited_state_json_is_refused(finished):
 def test_pickle_payload_is_never_executed(finished, tmp_path):
     """Even with hashes recomputed by an attacker, a pickle is not a safetensors file."""
     marker = tmp_path / "pwned"
-    run_dir = checkpoint.pretrain_dir(finished, "gpt")
+    run_dir = checkpoint.pretrain_dir(finished, "transformer")
     payload = pickle.dumps({"w": _Payload(marker)})
     (run_dir / checkpoint.MODEL_FILE).write_bytes(payload)
     meta = checkpoint.read_model_meta(run_dir)
@@ -147,7 +148,7 @@ def test_pickle_payload_is_never_executed(finished, tmp_path):
 
 
 def test_final_model_refuses_tampering_and_other_tokenizer(finished):
-    run_dir = checkpoint.pretrain_dir(finished, "gpt")
+    run_dir = checkpoint.pretrain_dir(finished, "transformer")
     meta = checkpoint.read_model_meta(run_dir)
     model, _ = checkpoint.load_model(run_dir, meta["tokenizer_hash"])
     assert not model.training
@@ -164,4 +165,4 @@ def test_shards_from_another_tokenizer_are_refused(tmp_path):
     bpe.train_bpe(random_texts(8, seed=99), params.bpe, params.paths.tokenizer)  # a new tokenizer
     with pytest.raises(Gpt1Error, match="index.json: shards were written with tokenizer"):
         pretrain_stages.pretrain(params)
-    assert not checkpoint.pretrain_dir(params, "gpt").exists()
+    assert not checkpoint.pretrain_dir(params, "transformer").exists()

@@ -297,7 +297,7 @@ def test_cli_device_cuda_without_a_gpu_exits_2_before_any_output(tmp_path: Path)
 
 
 def test_the_gate_margins_cover_every_confirmatory_task_and_stay_in_range() -> None:
-    """report.gate_margins (issue 31, Build 6): in every preset, a margin per confirmatory
+    """report.gate_margins: in every preset, a margin per confirmatory
     task; a missing one or one out of [0, 0.5) fails naming the key."""
     for preset in ("params.yaml", "configs/cpu-study.yaml", "configs/paper.yaml",
                    "configs/paper-finetune.yaml"):

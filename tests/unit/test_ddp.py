@@ -96,7 +96,7 @@ def _train(run_dir: Path, out: Path, run: str = "plain", crash_after: int | None
     train, val = [token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)]
     try:
         metrics = pretrain(model, train, val, params, run_dir,
-                           {"kind": "gpt", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
+                           {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
                            1.0, lambda step, m: seen.append((step, m)))
     except CrashError:  # rank 0 writes the losses up to the crash
         metrics = {"world_size": None, "micro_batch_seqs": None, "history": []}
@@ -143,6 +143,7 @@ def test_two_process_gloo_equals_one_process(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_bf16_gradient_all_reduce_stays_close_to_one_process(tmp_path, monkeypatch):
     """pretrain.ddp_bf16_grads: 2 ranks reducing bf16 gradients (1 MB buckets) follow one fp32
     process within bf16's rounding (2e-3 relative on the loss over 12 updates), and differ from
@@ -160,6 +161,7 @@ def test_bf16_gradient_all_reduce_stays_close_to_one_process(tmp_path, monkeypat
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_compiled_ddp_wrapper_equals_one_eager_process(tmp_path, monkeypatch):
     """pretrain.compile under DDP compiles the DDP wrapper (all-reduce overlapping backward):
     2 compiled ranks give the losses of 1 eager process accumulating 2 (<= 1e-5)."""
@@ -175,6 +177,7 @@ def test_compiled_ddp_wrapper_equals_one_eager_process(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
     """2 ranks, 12 updates, logging every 4, eval every 6, checkpoints every 8: each rank reads
     the device (.item / .tolist) or agrees on a stop only after updates 4, 6, 8 and 12."""
@@ -189,6 +192,7 @@ def test_ddp_steps_between_sync_points_do_not_sync_the_host(tmp_path):
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_zero1_equals_one_process_and_its_checkpoint_resumes_anywhere(tmp_path, monkeypatch):
     """pretrain.zero1 on 2 ranks, killed after update 10: its 10 losses equal one unsharded
     process's within 1e-5 (weight decay, clipping and the lr schedule unchanged), and its
@@ -269,6 +273,7 @@ def _load(path: Path) -> dict:
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch):
     """`python -m gpt1 pretrain` with pretrain.nproc: 2 (device: cpu) runs 2 gloo ranks through
     torch's elastic launcher, started by the stage itself (dvc.yaml's cmd unchanged); the final
@@ -288,8 +293,8 @@ def test_the_pretrain_command_launches_nproc_ranks_itself(tmp_path, monkeypatch)
     assert main(["--params", str(two_file), "pretrain", "--pretrain-seed", str(seed)]) == 0
     info = json.loads((Path(two.paths.metrics) / f"pretrain_p{seed}.info.json").read_text())
     assert json.dumps(info).count('"world_size": 2') == 1
-    a = _load(checkpoint.pretrain_dir(one, "gpt") / "model.safetensors")
-    b = _load(checkpoint.pretrain_dir(two, "gpt", seed) / "model.safetensors")
+    a = _load(checkpoint.pretrain_dir(one, "transformer") / "model.safetensors")
+    b = _load(checkpoint.pretrain_dir(two, "transformer", seed) / "model.safetensors")
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] - b[name]).abs().max().item() <= 1e-5, name
@@ -311,6 +316,7 @@ def _probe_rank(rank: int, port: int, dirs: list[Path], out: Path) -> None:
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_a_run_directory_not_shared_by_every_rank_is_refused(tmp_path):
     """Multi-node: rank 1 with its own (unshared) folder at the run directory's place stops,
     and so does rank 0, in one line each; a shared folder passes and is left clean."""
@@ -358,6 +364,7 @@ def test_a_batch_that_does_not_split_over_the_ranks_stops_before_launching(tmp_p
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs gloo")
+@pytest.mark.slow
 def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_path):
     """SIGTERM to `python -m gpt1 pretrain` (nproc 2) reaches each rank once: both save at the
     same sync point and stop; the command exits 143 in one line and no rank outlives it."""
@@ -380,7 +387,7 @@ def test_sigterm_to_the_stage_stops_every_launched_rank_at_one_saved_step(tmp_pa
     proc = subprocess.Popen([sys.executable, "-m", "gpt1", "--params", str(params_file),
                              "pretrain"], cwd=REPO, env={**env, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    run_dir = checkpoint.pretrain_dir(params, "gpt")
+    run_dir = checkpoint.pretrain_dir(params, "transformer")
     deadline = time.monotonic() + 120
     while checkpoint.latest_checkpoint(run_dir) is None and time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read()

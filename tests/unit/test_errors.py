@@ -259,7 +259,7 @@ def test_damaged_shards_index_is_one_line(edit, problem, tokenized, capsys):
     index.write_text(json.dumps(data))
     assert main(["--params", str(params_file), "pretrain"]) == 2
     assert _one_line(capsys).startswith(f"gpt1 pretrain: error: {index}: {problem}")
-    assert not checkpoint.pretrain_dir(params, "gpt").exists()
+    assert not checkpoint.pretrain_dir(params, "transformer").exists()
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -305,7 +305,7 @@ def test_pretrained_shape_other_than_params_is_refused_before_any_work(tmp_path,
     params_file.write_text(yaml.safe_dump(raw))
     for stage in (["finetune", "--task", "sst2"], ["zeroshot"]):
         assert main(["--params", str(params_file), *stage]) == 2
-        meta = checkpoint.pretrain_dir(params, "gpt") / checkpoint.MODEL_META
+        meta = checkpoint.pretrain_dir(params, "transformer") / checkpoint.MODEL_META
         assert _one_line(capsys) == (
             f"gpt1 {stage[0]}: error: {meta}: model shape arch=gpt1 n_positions=32 n_embd=32 "
             "n_layer=2 n_head=2 n_inner=128 was pre-trained, params.model says arch=gpt1 "

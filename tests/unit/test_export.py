@@ -52,7 +52,7 @@ def test_trained_checkpoint_matches_transformers_via_cli(tmp_path):
     params_file, params = prepare_run(tmp_path, "run", {"pretrain": {"max_tokens": 16 * 4 * 32}})
     pretrain_stages.pretrain(params)
     out = tmp_path / "hf"
-    run_dir = checkpoint.pretrain_dir(params, "gpt")
+    run_dir = checkpoint.pretrain_dir(params, "transformer")
     assert main(["--params", str(params_file), "export-hf", str(run_dir), str(out)]) == 0
     model, meta = checkpoint.load_model(run_dir, None)
     idx = torch.randint(0, meta["vocab_size"], (2, params.pretrain.seq_len))
@@ -104,7 +104,7 @@ def test_finetuned_model_exports_its_body_head_and_card(tiny_params, tmp_path):
     tok = bpe.train_bpe(random_texts(4, 0), params.bpe, tmp_path / "tok")
     body = random_run(params, tmp_path / "run", tok.hash, tok.vocab_size)
     task_model = TaskModel(body, TASKS["sst2"], 0.1, 0.02)
-    save_task_model(tmp_path / "ft", task_model, params, "sst2", "gpt", tok, 7)
+    save_task_model(tmp_path / "ft", task_model, params, "sst2", "transformer", tok, 7)
     metrics = tmp_path / "metrics"
     metrics.mkdir()
     (metrics / "finetune_sst2.json").write_text('{"scores": {"acc": {"mean": 0.5}}}')
@@ -259,9 +259,9 @@ def test_run_written_before_vocabulary_padding_still_loads(tiny_params, tmp_path
     raw = params.as_dict()
     del raw["model"]["vocab_pad_multiple"]
     model = GPT(params.model, tok.vocab_size)
-    checkpoint.write_model(tmp_path / "run", model, {"kind": "gpt", "vocab_size": tok.vocab_size,
-                                                     "tokenizer_hash": tok.hash, "params": raw,
-                                                     "step": 0})
+    checkpoint.write_model(tmp_path / "run", model, {
+        "kind": "transformer", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+        "params": raw, "step": 0})
     loaded, _ = checkpoint.load_model(tmp_path / "run", tok.hash)
     assert torch.equal(loaded.tokens_embed.weight, model.tokens_embed.weight)
     export_hf(tmp_path / "run", tmp_path / "hf", tmp_path / "tok")

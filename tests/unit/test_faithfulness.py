@@ -28,12 +28,12 @@ V = 60
 SP = Specials(start=V - 3, delimiter=V - 2, classify=V - 1)
 
 
-@pytest.mark.parametrize("kind", ["gpt", "lstm"])
+@pytest.mark.parametrize("kind", ["transformer", "lstm"])
 def test_special_token_rows_start_fresh_at_finetuning(tiny_params, kind: str) -> None:
     """(i) Every other row is the pre-trained one; the last three are this seed's fresh
     N(0, 0.02) rows, not the pre-trained rows."""
     def fresh() -> torch.nn.Module:
-        return GPT(tiny_params.model, V) if kind == "gpt" else LSTMLM(tiny_params.lstm, V)
+        return GPT(tiny_params.model, V) if kind == "transformer" else LSTMLM(tiny_params.lstm, V)
 
     torch.manual_seed(5)
     pre = fresh()

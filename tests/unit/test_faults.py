@@ -48,13 +48,14 @@ def _gpt1_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("gpt1 ")]
 
 
+@pytest.mark.slow
 def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     """Ctrl-C in a running `gpt1 pretrain` saves, says so in one line, exits 130; the
     re-run resumes to the same final weights as a run never stopped."""
     _, ref = prepare_run(tmp_path, "ref", SHORT)
     pretrain_stages.pretrain(ref)
     params_file, run = prepare_run(tmp_path, "stopped", SHORT)
-    run_dir = checkpoint.pretrain_dir(run, "gpt")
+    run_dir = checkpoint.pretrain_dir(run, "transformer")
     proc = _cli(params_file, "pretrain")
     first = run_dir / checkpoint.ZEROSHOT_DIR / "step_00000004.safetensors"  # end of warm-up
     deadline = time.monotonic() + 120
@@ -71,7 +72,7 @@ def test_sigint_mid_pretraining_then_rerun_equals_uninterrupted(tmp_path):
     assert checkpoint.latest_checkpoint(run_dir).name == f"step_{step:08d}"
     rerun = _cli(params_file, "pretrain")
     assert rerun.wait(timeout=180) == 0, rerun.stderr.read()
-    ref_dir = checkpoint.pretrain_dir(ref, "gpt")
+    ref_dir = checkpoint.pretrain_dir(ref, "transformer")
     for name in (checkpoint.MODEL_FILE, "zeroshot/step_00000032.safetensors"):
         assert (run_dir / name).read_bytes() == (ref_dir / name).read_bytes()
 
@@ -179,6 +180,7 @@ def test_sigint_mid_finetune_stops_in_one_line_and_leaves_no_output_dir(make_par
         "train_ids_seed0.parquet", "train_ids_seed1.parquet"]
 
 
+@pytest.mark.slow
 def test_killed_shard_corpus_leaves_no_temp_dir_after_the_next_run(tmp_path):
     """SIGKILL while shard_corpus writes its temp directory; the re-run removes it."""
     params_file, params = prepare_run(tmp_path, "run", {})

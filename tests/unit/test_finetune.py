@@ -141,6 +141,7 @@ def test_cap_is_a_seeded_subset_in_file_order() -> None:
 # ------------------------------------------------------------------ the two DVC stages
 
 
+@pytest.mark.slow
 def test_stages_prepare_then_finetune_write_metrics(make_params, tmp_path) -> None:
     import json
 

@@ -83,6 +83,7 @@ def test_the_chunked_lm_loss_equals_the_whole_one_and_holds_one_chunk(tiny_param
     assert lm_loss(model, hs, idx, lengths).isfinite()
 
 
+@pytest.mark.slow
 def test_the_compiled_step_equals_eager(tiny_params, monkeypatch):
     """finetune.compile compiles the task model in place: three updates on one RACE-shaped
     batch give eager's losses within 1e-5 (no dropout, whose compiled masks differ), the LM

@@ -51,10 +51,11 @@ def test_c_is_chosen_by_cross_validation_on_the_training_sample(tiny_params) -> 
     assert max(cv.values()) > 0.9  # the cue words are learnt
 
 
-def _write_arm(params, task: str, variant: str, predict, seeds: list[int], pseed: int) -> None:
+def _write_arm(params, task: str, variant: str, predict, seeds: list[int],
+               pretrain_seed: int) -> None:
     """A neural arm's record + prediction files (as finetune_variant writes them)."""
     test = load.read_tables(Path(params.paths.tasks) / task)["test"]
-    out = Path(params.paths.finetuned) / f"p{pseed}" / variant / task
+    out = Path(params.paths.finetuned) / f"p{pretrain_seed}" / variant / task
     out.mkdir(parents=True)
     files, accs = [], []
     for s in seeds:
@@ -67,9 +68,9 @@ def _write_arm(params, task: str, variant: str, predict, seeds: list[int], pseed
     rec = {"task": task, "variant": variant, "metric": "acc",
            "scores": {"acc": {"mean": float(np.mean(accs)), "sd": 0.0, "per_seed": accs}},
            "baselines": {"acc": {"chance": 0.5, "majority": 0.5}},
-           "predictions": {"test": files}, "seeds": seeds, "pretrain_seed": pseed,
+           "predictions": {"test": files}, "seeds": seeds, "pretrain_seed": pretrain_seed,
            "n_train": 80, "n_eval": len(test)}
-    records.write_metrics(params, f"finetune_{variant}_{task}_p{pseed}", rec, ("scores",))
+    records.write_metrics(params, f"finetune_{variant}_{task}_p{pretrain_seed}", rec, ("scores",))
 
 
 def test_floor_stage_row_and_which_arms_clear_it(make_params) -> None:
@@ -92,9 +93,9 @@ def test_floor_stage_row_and_which_arms_clear_it(make_params) -> None:
     assert 0.55 < rec["scores"]["acc"]["mean"] < 0.9 and len(rec["chosen_c"]) == 3
     # a perfect arm clears the floor; an always-negative arm is flagged and falls below it (3
     # seeds: with 2, the t term of the seed error has 1 df and a 97.5 % quantile of 12.7)
-    for pseed in (1234, 1235):
-        _write_arm(params, task, "full", lambda y: y, hp.seeds, pseed)
-        _write_arm(params, task, "scratch", np.zeros_like, hp.seeds, pseed)
+    for pretrain_seed in (1234, 1235):
+        _write_arm(params, task, "full", lambda y: y, hp.seeds, pretrain_seed)
+        _write_arm(params, task, "scratch", np.zeros_like, hp.seeds, pretrain_seed)
     table = tables.render_ablations(params, records.read_metrics(params.paths.metrics))
     row = [line for line in table.splitlines() if line.startswith("| Bag-of-words")]
     assert len(row) == 1 and "| ours |" in row[0]

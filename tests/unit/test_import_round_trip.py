@@ -56,7 +56,7 @@ def _fine_tune(repo: Path, run: Path, task: str) -> Path:
     with torch.no_grad():
         torch.nn.init.normal_(model.head.linear.weight, std=1.0)
     out = repo / "data" / "finetuned" / "p1" / task / predict.MODEL_DIR
-    predict.save_task_model(out, model, params, task, "gpt", tok)
+    predict.save_task_model(out, model, params, task, "transformer", tok)
     return out
 
 

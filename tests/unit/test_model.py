@@ -201,15 +201,15 @@ def test_head_cross_entropy_pool_lends_one_buffer_at_a_time():
         torch.testing.assert_close(ops.head_losses(h0, w0, targets, pool).mean(), loss1)
 
 
-@pytest.mark.parametrize("body", ["gpt", "lstm"])
+@pytest.mark.parametrize("body", ["transformer", "lstm"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_lm_losses_equal_lm_logits_then_cross_entropy(tiny_params, body, precision):
     """The fused path the trainers use equals lm_logits + F.cross_entropy, in train mode with
     the matrix embedding dropout (same mask seed) and under bf16 autocast, gradients too."""
     def build():
         torch.manual_seed(0)
-        model = (GPT(_cfg(tiny_params, embd_dropout="matrix"), vocab_size=50) if body == "gpt"
-                 else LSTMLM(tiny_params.lstm, vocab_size=50))
+        model = (GPT(_cfg(tiny_params, embd_dropout="matrix"), vocab_size=50)
+                 if body == "transformer" else LSTMLM(tiny_params.lstm, vocab_size=50))
         assert apply_backend(model, "cpu_fused", CPU) == "cpu_fused"
         return model.train()
 

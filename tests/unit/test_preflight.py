@@ -41,8 +41,7 @@ def _memorise_set(seed: int = 0) -> Encoded:
 def _arm_params(params: Params, arm: str) -> tuple[Params, str]:
     """(finetune params, body kind) of one arm, as its stage derives them."""
     arm_params = params if arm == "full" else variants.ablation_params(params, arm)
-    body = "transformer" if arm == "full" else params.ablations.presets[arm].body
-    return arm_params, "gpt" if body == "transformer" else "lstm"
+    return arm_params, "transformer" if arm == "full" else params.ablations.presets[arm].body
 
 
 def _fit(params: Params, arm: str, out: Path, epochs: int = EPOCHS) -> tuple[float, int]:

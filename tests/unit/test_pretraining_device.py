@@ -128,6 +128,7 @@ def test_cost_projection_and_its_log_line(make_params, tmp_path, caplog):
     assert "over steps 2-4:" in lines[1] and " h in all" in lines[1]
 
 
+@pytest.mark.slow
 def test_compiled_pretrain_matches_eager(make_params, tmp_path, caplog):
     # pytest captures every level; torch's DEBUG trace logging then trips dynamo on the
     # current model's autograd Functions (an internal error, not seen at the CLI's INFO level)
@@ -148,6 +149,7 @@ def test_compiled_pretrain_matches_eager(make_params, tmp_path, caplog):
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_gpu_recipe_trains_on_cpu_through_the_torch_backend(make_params, tmp_path):
     """What a GPU worker runs (gpt1/model.py as written: SDPA attention with dropout_p, torch's
     dropout, bf16 autocast, torch.compile, the no-sync NaN watch), run on CPU: where no GPU is

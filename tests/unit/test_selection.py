@@ -44,7 +44,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
     tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
                         params.paths.tokenizer)
-    for kind in ("gpt", "lstm"):  # stand-ins for the pre-trained LMs of pre-training seed 1234
+    for kind in ("transformer", "lstm"):  # stand-ins: pre-trained LMs of pre-training seed 1234
         model = networks.build_model(kind, params, tok.vocab_size)
         checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
             "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
@@ -57,6 +57,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     return params, read_metrics(params.paths.metrics)
 
 
+@pytest.mark.slow
 def test_scored_ids_are_never_selection_or_training_ids(tiny_run) -> None:
     params, metrics = tiny_run
     runs = ["finetune_sst2_p1234", "finetune_scratch_sst2_p1234", "finetune_lstm_sst2_p1234",
@@ -82,6 +83,7 @@ def test_scored_ids_are_never_selection_or_training_ids(tiny_run) -> None:
     assert metrics["layers_sst2_1_p1234"]["layers_transferred"] == 1
 
 
+@pytest.mark.slow
 def test_the_lr_pilot_chooses_on_training_rows_only(tiny_run) -> None:
     params, metrics = tiny_run
     pilot = metrics["lr_pilot_scratch_sst2"]

@@ -24,8 +24,8 @@ def lm(tiny_params, tmp_path: Path):
         update={"n_merges": 40})})
     tok = bpe.train_bpe(random_texts(4, 0), params.bpe, params.paths.tokenizer)
     model = GPT(params.model, tok.vocab_size).eval()
-    checkpoint.write_model(checkpoint.pretrain_dir(params, "gpt"), model, {
-        "kind": "gpt", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+    checkpoint.write_model(checkpoint.pretrain_dir(params, "transformer"), model, {
+        "kind": "transformer", "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
         "params": params.as_dict(), "step": 0})
     return params, model, tok
 
@@ -62,7 +62,7 @@ def test_predict_scores_a_saved_task_model(lm, tmp_path, capsys) -> None:
     params, model, tok = lm
     task_model = TaskModel(model, TASKS["rte"], 0.1, 0.02)
     model_dir = Path(params.paths.finetuned) / "p1234" / "rte" / predict.MODEL_DIR
-    predict.save_task_model(model_dir, task_model, params, "rte", "gpt", tok)
+    predict.save_task_model(model_dir, task_model, params, "rte", "transformer", tok)
     loaded, tok2, spec, saved = predict.load_task_model(model_dir, params.paths.tokenizer)
     rows = [{"text_a": "a man sleeps.", "text_b": "a person rests."}]
     (out,) = predict.classify(loaded, tok2, spec, saved, rows)
@@ -87,7 +87,7 @@ def _saved(lm, tmp_path: Path, task: str) -> tuple[Path, list[str]]:
     params, model, tok = lm
     model_dir = Path(params.paths.finetuned) / "p1234" / task / predict.MODEL_DIR
     predict.save_task_model(model_dir, TaskModel(model, TASKS[task], 0.1, 0.02), params, task,
-                            "gpt", tok)
+                            "transformer", tok)
     params_file = tmp_path / "params.json"
     params_file.write_text(json.dumps(params.as_dict()))
     return model_dir, ["--params", str(params_file), "predict"]

@@ -35,6 +35,7 @@ def _has_avx512() -> bool:
     return any(ln.startswith("flags") and "avx512f" in ln.split() for ln in text.splitlines())
 
 
+@pytest.mark.slow
 def test_model_tests_pass_capped_to_avx2(tmp_path: Path) -> None:
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip(f"AVX2 is an x86-64 ISA; this machine is {platform.machine()}")

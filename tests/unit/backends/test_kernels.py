@@ -245,6 +245,7 @@ def test_add_dropout_layer_norm_forward_and_backward(f_dtype: torch.dtype) -> No
     assert torch.allclose(s, s_ref, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_damaged_cache_entry_is_rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("GPT1_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setattr(native, "_state", {"lib": None, "tried": False, "enabled": True})
@@ -271,6 +272,7 @@ def test_pooled_nodes_refuse_a_second_backward() -> None:
         loss.backward()
 
 
+@pytest.mark.slow
 def test_foreign_library_in_the_cache_is_never_loaded(
     monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -295,6 +297,7 @@ def test_foreign_library_in_the_cache_is_never_loaded(
     assert torch.allclose(K.gelu(x), F.gelu(x, approximate="tanh"), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_library_without_a_digest_record_is_rebuilt(monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path) -> None:
     monkeypatch.setenv("GPT1_KERNEL_CACHE", str(tmp_path))
@@ -379,6 +382,7 @@ def test_backends_train_to_the_same_loss_with_dropout() -> None:
     assert abs(finals[0] - finals[1]) < 0.25, finals
 
 
+@pytest.mark.slow
 def test_compiled_fused_model_has_no_graph_breaks_and_eager_loss() -> None:
     """torch.compile traces the fused custom ops: zero graph breaks, and the compiled loss and
     gradients equal eager's (dropout on: inductor draws the mask seeds with torch's eager RNG)."""
@@ -405,7 +409,7 @@ def test_compiled_fused_model_has_no_graph_breaks_and_eager_loss() -> None:
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["gpt", "lstm"])
+@pytest.mark.parametrize("kind", ["transformer", "lstm"])
 def test_build_model_installs_the_params_backend(make_params, kind: str) -> None:
     """networks.build_model (every stage's model) applies model.backend; `torch` leaves the
     model as written, `auto` on CPU fuses it."""

@@ -33,13 +33,13 @@ def test_every_finetuning_run_of_the_paper_preset_is_counted_lr_pilots_included(
     pilots = len(pilot.variants) * len(abl.tasks) * len(pilot.lr_grid)
     assert pilots == 48  # scratch and lstm x 8 tasks x 3 learning rates
     assert len(runs) == cells * len(params.finetune.seeds) * len(params.pretrain.seeds) + pilots
-    assert runs["finetune@rte-1234/seed0"] == (1000 * params.finetune.epochs * 512, "gpt")
+    assert runs["finetune@rte-1234/seed0"] == (1000 * params.finetune.epochs * 512, "transformer")
     assert runs["finetune@race-1234/seed0"][0] == 4 * 1000 * params.finetune.epochs * 512
     assert runs["finetune@stsb-1234/seed1"][0] == 2 * 1000 * params.finetune.epochs * 512
     assert runs["ablation@lstm-rte-1234/seed2"][1] == "lstm"
     # a pilot trains one seed on the pool less its carved dev split
     assert runs["lr_pilot@scratch-rte/lr0.001"] == (
-        (1000 - pilot.dev_examples) * params.finetune.epochs * 512, "gpt")
+        (1000 - pilot.dev_examples) * params.finetune.epochs * 512, "transformer")
     assert not any(name.startswith("lr_pilot@no_aux") for name in runs)  # not piloted
 
 

@@ -19,6 +19,7 @@ from gpt1.errors import Gpt1Error
 from tests.helpers.repo import REPO
 
 
+@pytest.mark.slow
 def test_without_cuda_it_exits_2_with_one_line():
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, on a GPU host too
     for argv in (["benchmarks/gpu_check.py"], ["-m", "benchmarks.gpu_check"]):
@@ -31,6 +32,7 @@ def test_without_cuda_it_exits_2_with_one_line():
         assert "run it on a GPU host" in lines[0]
 
 
+@pytest.mark.slow
 def test_it_imports_no_schema_or_pydantic():
     code = ("import sys; import benchmarks.gpu_check; "
             "print(sorted(m for m in ('pydantic', 'yaml', 'gpt1.config', 'gpt1.checkpoint', "
@@ -50,6 +52,7 @@ def test_its_paper_shape_is_the_paper_preset():
     assert {k: ft[k] for k in gpu_workloads.PAPER_FINETUNE} == gpu_workloads.PAPER_FINETUNE
 
 
+@pytest.mark.slow
 def test_its_cpu_halves_run_and_agree():
     torch.set_num_threads(1)
     cpu = torch.device("cpu")

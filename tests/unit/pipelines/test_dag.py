@@ -81,6 +81,7 @@ def toy_repo(tmp_path: Path) -> Path:
         """)
 
 
+@pytest.mark.slow
 def test_plan_is_topological_and_keeps_dvc_yaml_order(toy_repo: Path) -> None:
     names = assert_plan_matches_dvc(toy_repo)
     # report is written first in dvc.yaml but needs everything except `lonely`; ties keep the

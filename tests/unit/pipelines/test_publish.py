@@ -28,6 +28,7 @@ def _checkout(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_clone_uses_the_deployers_remote_not_its_relative_default(
         tmp_path: Path, tiny_params) -> None:
     first = _checkout(tmp_path / "here" / "repo")

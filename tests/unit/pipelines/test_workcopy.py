@@ -51,6 +51,7 @@ def test_params_yaml_runs_in_the_workspace(workspace: Path) -> None:
     assert not (workspace / RUNS_DIR).exists()
 
 
+@pytest.mark.slow
 def test_preset_runs_in_a_copy_and_leaves_params_yaml_alone(workspace: Path) -> None:
     before = (workspace / "params.yaml").read_bytes()
     where, params = workspace_for(workspace, "configs/tiny.yaml")

@@ -26,7 +26,7 @@ from gpt1.report import (
     prose,
     tables,
 )
-from gpt1.report.verdict import Finding
+from gpt1.report.estimates import Finding
 from tests.helpers.repo import REPO
 from tests.helpers.report_metrics import TABLE_TASKS, fixture_metrics, preds_json, task_json
 from tests.helpers.spec_doc import sections, spec_text, table_rows
@@ -372,7 +372,7 @@ def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
         rows.append({"step": step, "scores": {"sst2": frac}, "normalised": {"sst2": norm}})
     path = root / f"zs_{model}.parquet"
     pd.concat(frames).to_parquet(path)
-    return {"model": model, "checkpoints": rows, "predictions": str(path),
+    return {"body": model, "checkpoints": rows, "predictions": str(path),
             "norm": {"sst2": {"metric": "acc", "random": 0.5, "sota": 0.932}}}
 
 
@@ -392,11 +392,11 @@ def test_finding_d_tests_the_composite_and_its_slope_after_warm_up(make_params,
         assert f.verdict == word, name
         assert "slope 95 % CI" in f.line and "Exploratory, no verdict" in f.line
     pooled = {}  # two pre-training runs (one record each) give one CI over both
-    for pseed in (1, 2):
-        (tmp_path / f"p{pseed}").mkdir()
-        pooled[f"zeroshot_p{pseed}"] = {**_zeroshot_json(
-            tmp_path / f"p{pseed}", "transformer", {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400),
-            "pretrain_seed": pseed}
+    for pretrain_seed in (1, 2):
+        (tmp_path / f"p{pretrain_seed}").mkdir()
+        pooled[f"zeroshot_p{pretrain_seed}"] = {**_zeroshot_json(
+            tmp_path / f"p{pretrain_seed}", "transformer",
+            {1: 0.5, 10: 0.6, 100: 0.7, 1000: 0.8}, 400), "pretrain_seed": pretrain_seed}
     f = curve_tests.zeroshot_finding(params, pooled, figure2.zeroshot_curves(pooled))
     assert f.verdict == "held" and "2 pre-training seed(s)" in f.line, f.line
     metrics = {"zeroshot": _zeroshot_json(tmp_path, "transformer",

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from gpt1.__main__ import main
@@ -84,6 +85,7 @@ def test_a_bad_run_argument_is_one_line(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "v.md").exists()
 
 
+@pytest.mark.slow
 def test_the_reports_saved_findings_give_the_cis_without_the_prediction_files(
         tmp_path: Path) -> None:
     """The report stage saves its findings (CIs included) in findings.json; `verdicts` uses
@@ -147,7 +149,7 @@ def test_a_readme_without_the_verdict_block_is_one_line(tmp_path: Path, capsys) 
 
 
 def test_the_committed_readme_quotes_the_committed_verdicts_word_for_word() -> None:
-    """S4: the README's verdict lines are verdicts.md's summary (one source: `gpt1 verdicts
+    """The README's verdict lines are verdicts.md's summary (one source: `gpt1 verdicts
     --readme README.md` writes both), and no other README line states a finding's outcome."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     verdicts = (REPO / "reports" / "verdicts.md").read_text(encoding="utf-8")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1 import bpe, checkpoint, networks
+from gpt1 import bpe, checkpoint, names, networks
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.errors import Gpt1Error
@@ -51,11 +51,11 @@ def curve_run(tmp_path_factory: pytest.TempPathFactory):
     train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
     tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
                         params.paths.tokenizer)
-    run_dir = checkpoint.pretrain_dir(params, "gpt")
-    model = networks.build_model("gpt", params, tok.vocab_size)
+    run_dir = checkpoint.pretrain_dir(params, names.TRANSFORMER)
+    model = networks.build_model(names.TRANSFORMER, params, tok.vocab_size)
     for step in STEPS:  # stand-ins for the kept zero-shot checkpoints of seed 1234
         checkpoint.save_weights(checkpoint.zeroshot_path(run_dir, step), model)
-    checkpoint.write_model(run_dir, model, {"kind": "gpt", "vocab_size": tok.vocab_size,
+    checkpoint.write_model(run_dir, model, {"kind": names.TRANSFORMER, "vocab_size": tok.vocab_size,
                                             "tokenizer_hash": tok.hash,
                                             "params": params.as_dict(), "step": STEPS[-1]})
     lr_pilot_stages.lr_pilot(params, "sst2", "scratch")

@@ -111,7 +111,7 @@ def test_the_lstm_pretrains_at_its_own_lr_where_set(make_params) -> None:
     assert same.lstm.lr_max is None
     assert variants.lm_params(same, "lstm", 7).pretrain.lr_max == same.pretrain.lr_max
     own = make_params({"lstm": {"lr_max": 2e-3}})
-    lstm, gpt = variants.lm_params(own, "lstm", 7), variants.lm_params(own, "gpt", 7)
+    lstm, gpt = variants.lm_params(own, "lstm", 7), variants.lm_params(own, "transformer", 7)
     assert (lstm.pretrain.lr_max, gpt.pretrain.lr_max) == (2e-3, own.pretrain.lr_max)
     assert lstm.seed == gpt.seed == 7
     assert lstm.model_dump(exclude={"pretrain", "seed"}) == own.model_dump(

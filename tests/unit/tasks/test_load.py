@@ -222,6 +222,7 @@ MANIFEST_LABELS = {
 
 
 @pytest.mark.parametrize("name", list(TASKS))
+@pytest.mark.slow
 def test_real_mirror_loads_validates_and_matches_manifest(name: str, make_params) -> None:
     assert (SHARED_DATA / "MANIFEST.md").is_file(), f"needs the real mirror at {SHARED_DATA}"
     spec = TASKS[name]

@@ -18,6 +18,7 @@ from tests.helpers.params import make_params_dict
 from tests.helpers.task_mirror import write_mirror
 
 
+@pytest.mark.slow
 def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow import MlflowClient

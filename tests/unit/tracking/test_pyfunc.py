@@ -46,9 +46,9 @@ def registered(make_params, tmp_path: Path, monkeypatch):
         with torch.no_grad():  # a head large enough that different inputs score differently
             torch.nn.init.normal_(model.head.linear.weight, std=1.0)
         dirs[task] = Path(params.paths.finetuned) / task / predict.MODEL_DIR
-        predict.save_task_model(dirs[task], model, params, task, "gpt", tok)
+        predict.save_task_model(dirs[task], model, params, task, "transformer", tok)
         with tracking.start_run(f"finetune_{task}", params):
-            logged_models.log_model(params, dirs[task], "gpt", TASKS[task], table)
+            logged_models.log_model(params, dirs[task], "transformer", TASKS[task], table)
     return params, dirs
 
 
@@ -65,6 +65,7 @@ def _cli_rows(params, model_dir: Path, rows: list[dict]) -> list[dict]:
     return predict.classify(model, tok, spec, saved, rows)
 
 
+@pytest.mark.slow
 def test_pair_task_model_reads_text_b_and_answers_as_predict(registered, capfd) -> None:
     params, dirs = registered
     assert "Traceback" not in capfd.readouterr().err  # logging checked the example cleanly
@@ -90,6 +91,7 @@ def _example(uri: str) -> Path:
     return Path(download_artifacts(uri)) / "input_example.json"
 
 
+@pytest.mark.slow
 def test_choice_task_model_reads_choices_and_answers_as_predict(registered) -> None:
     params, dirs = registered
     from mlflow import MlflowClient
@@ -107,6 +109,7 @@ def test_choice_task_model_reads_choices_and_answers_as_predict(registered) -> N
     assert "`choices`" in client.get_registered_model("gpt1-story_cloze").description
 
 
+@pytest.mark.slow
 def test_predict_cli_reads_a_registered_model(registered, capsys, tmp_path, monkeypatch) -> None:
     """`gpt1 predict --model models:/gpt1-rte/1` answers as the fine-tuned model does, in the
     repo (store from params) and outside it (store from MLFLOW_TRACKING_URI, no params file)."""

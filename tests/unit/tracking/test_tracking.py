@@ -343,6 +343,7 @@ def test_flow_records_a_stage_while_the_store_is_away(on_params, tmp_path, monke
     assert child["metrics"] == {"tokens": 900.0} and child["status"] == "FINISHED"
 
 
+@pytest.mark.slow
 def test_stage_run_has_mlflows_context_and_covers_the_stage_work(on_params, tmp_path,
                                                                  monkeypatch) -> None:
     """A stage's run carries MLflow's own context tags (source, user, git), is opened before
