@@ -591,6 +591,32 @@ class LayersCfg(Section):
     """Cap on dev (and train-accuracy) examples of each run; null = finetune's caps."""
 
 
+class CurvesCfg(Section):
+    """Where pre-training can show: the labelled-data curve (each arm
+    fine-tuned on n training examples, the bag-of-words floor at the same n) and the
+    pre-training-compute curve (one recipe fine-tuned from each kept zero-shot checkpoint of a
+    pre-training run, so accuracy vs pre-training step can be tested as a slope)."""
+
+    tasks: StrTuple
+    """Tasks of both curves; each in ablations.tasks (whose pilots choose the arms' lr)."""
+    ns: IdTuple
+    """Training examples per run of the labelled-data curve (each > 0)."""
+    arms: StrTuple
+    """Neural arms of the labelled-data curve: full (the pre-trained Transformer) or a name of
+    ablations.presets (at the lr its pilot chose); the bag-of-words floor runs at every n."""
+    compute_n: PosInt
+    """Training examples per run of the pre-training-compute curve (the `full` recipe)."""
+    checkpoints: IdTuple
+    """Kept zero-shot checkpoints the compute curve fine-tunes from, by index in step order
+    (0 = step 0, the random init; pretrain.zero_shot_checkpoints - 1 = the last)."""
+
+    @model_validator(mode="after")
+    def _positive_ns(self) -> CurvesCfg:
+        if 0 in self.ns:
+            raise ValueError(f"curves.ns: must be positive, got 0 in {list(self.ns)}")
+        return self
+
+
 class ZeroShotTask(Section):
     """Normalisation of one zero-shot task: 0 = random guess, 1 = state of the art."""
 
@@ -761,6 +787,7 @@ class Params(Section):
     orchestrate: OrchestrateCfg
     ablations: AblationsCfg
     layers: LayersCfg
+    curves: CurvesCfg
     zeroshot: ZeroShotCfg
     report: ReportCfg
     generate: GenerateCfg
@@ -792,6 +819,7 @@ class Params(Section):
                 raise ValueError(f"{key}: {bad[0]!r} is not prepared by any stage (prepare_task "
                                  f"runs for finetune.tasks {list(self.finetune.tasks)}); add "
                                  "it there or drop it here")
+        self._check_curves()
         ungated = [t for t in self.report.confirmatory_tasks if t not in self.report.gate_margins]
         if ungated:
             raise ValueError(f"report.gate_margins: no margin for confirmatory task "
@@ -804,6 +832,21 @@ class Params(Section):
             raise ValueError(
                 f"tasks.truncation_overrides: tasks not in finetune.tasks: {sorted(unknown)}")
         return self
+
+    def _check_curves(self) -> None:
+        curves, arms = self.curves, {"full", *self.ablations.presets}
+        bad = [t for t in curves.tasks if t not in self.ablations.tasks]
+        if bad:
+            raise ValueError(f"curves.tasks: {bad[0]!r} not in ablations.tasks "
+                             f"{list(self.ablations.tasks)} (whose pilots tune the arms)")
+        bad = [a for a in curves.arms if a not in arms]
+        if bad:
+            raise ValueError(f"curves.arms: unknown arm {bad[0]!r}; known: {sorted(arms)}")
+        kept = self.pretrain.zero_shot_checkpoints
+        bad_k = [k for k in curves.checkpoints if k >= kept]
+        if bad_k:
+            raise ValueError(f"curves.checkpoints: index {bad_k[0]} >= "
+                             f"pretrain.zero_shot_checkpoints ({kept})")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON view, recorded in every artifact for provenance."""

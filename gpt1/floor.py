@@ -128,14 +128,14 @@ def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame]
             "seeds": runs, "n_train": len(first), "n_eval": len(test)}
 
 
-def run(params: Params, task: str) -> dict[str, Any]:
+def run(params: Params, task: str, out: str = "") -> dict[str, Any]:
     """The floor on one task: every fine-tuning seed's training sample (as the neural arms
-    draw it) and the task's test split (capped as theirs); returns the stage's record."""
+    draw it) and the task's test split (capped as theirs), written under
+    <paths.finetuned>/<out> (default bow/<task>); returns the stage's record."""
     if task not in params.ablations.tasks or task not in TASKS:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
-    spec = TASKS[task]
+    spec, out_dir = TASKS[task], Path(params.paths.finetuned) / (out or f"{VARIANT}/{task}")
     if spec.regression or spec.fmt == "choice":  # a record, so the stage's outputs exist
-        out_dir = Path(params.paths.finetuned) / VARIANT / task
         why = {"task": task, "variant": VARIANT, "not_run": "the bag-of-words floor is a "
                f"classifier; {task} is a {'regression' if spec.regression else 'choice'} task"}
         atomic.write_json(out_dir / "not_run.json", why)
@@ -145,7 +145,6 @@ def run(params: Params, task: str) -> dict[str, Any]:
     test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)
     trains = {f: load.cap_table(tables["train"], hp.max_train_examples,
                                 train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
-    out_dir = Path(params.paths.finetuned) / VARIANT / spec.name
     result = fit_and_score(spec, params.ablations.floor, trains, test, out_dir)
     n_pool, n_test = len(tables["train"]), len(tables["test"])
     sampled = (f" (seeded random {len(test)} of {n_test})" if len(test) < n_test

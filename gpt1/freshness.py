@@ -75,7 +75,7 @@ def stage_addresses(params: Params) -> dict[str, str]:
     """Record stem -> DVC stage address (`finetune@sst2-1234`), for every stage the params
     define (as dvc.yaml's foreach and matrix lists expand them; tests/unit/test_freshness.py
     checks it against DVC's own)."""
-    seeds, abl = params.pretrain.seeds, params.ablations
+    seeds, abl, curves = params.pretrain.seeds, params.ablations, params.curves
     out = {name: name for name in ("download_corpus", "clean_corpus", "check_corpus",
                                    "train_bpe", "shard_corpus")}
     for p in seeds:
@@ -87,10 +87,16 @@ def stage_addresses(params: Params) -> dict[str, str]:
                 for v in abl.variants for t in abl.tasks}
         out |= {stem(f"layers_{t}_{k}"): f"transfer_layers@{t}-{k}-{p}"
                 for t in params.layers.tasks for k in params.layers.layers_transferred}
+        out |= {stem(f"curve_n_{t}_{n}_{a}"): f"curve_n@{t}-{n}-{a}-{p}"
+                for t in curves.tasks for n in curves.ns for a in curves.arms}
+        out |= {stem(f"curve_step_{t}_{k}"): f"curve_step@{t}-{k}-{p}"
+                for t in curves.tasks for k in curves.checkpoints}
     out |= {f"prepare_task_{t}": f"prepare_task@{t}" for t in params.finetune.tasks}
     out |= {f"lr_pilot_{v}_{t}": f"lr_pilot@{v}-{t}" for v in abl.variants for t in abl.tasks}
     out |= {f"lr_pilot_full_{t}": f"lr_pilot_full@{t}" for t in abl.tasks}
     out |= {f"finetune_bow_{t}": f"floor@{t}" for t in abl.tasks}  # no pre-training seed
+    out |= {f"curve_floor_{t}_{n}": f"curve_floor@{t}-{n}" for t in curves.tasks
+            for n in curves.ns}
     return out
 
 

@@ -29,6 +29,10 @@ ARGUMENTS: dict[str, tuple[type, str]] = {
     "variant": (str, "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, "
                      "lstm)"),
     "layers": (int, "blocks transferred: a value of params layers.layers_transferred"),
+    "n": (int, "training examples per run: a value of params curves.ns"),
+    "arm": (str, "a neural arm of the labelled-data curve: a value of params curves.arms"),
+    "checkpoint": (int, "a kept zero-shot checkpoint, by index in step order: a value of "
+                        "params curves.checkpoints"),
     PRETRAIN_SEED: (int, "pre-training run: a value of params pretrain.seeds (default: the "
                          "first)"),
 }
@@ -89,6 +93,11 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("floor", "gpt1.stages.finetune:floor_stage", ("task",), ("task",)),
     Stage("transfer_layers", "gpt1.stages.finetune:transfer_layers", ("task", "layers"),
           ("task", "layers", PRETRAIN_SEED), device=True, seeded=True),
+    Stage("curve_n", "gpt1.stages.curves:curve_n", ("task", "n", "arm"),
+          ("task", "n", "arm", PRETRAIN_SEED), device=True, seeded=True),
+    Stage("curve_floor", "gpt1.stages.curves:curve_floor", ("task", "n"), ("task", "n")),
+    Stage("curve_step", "gpt1.stages.curves:curve_step", ("task", "checkpoint"),
+          ("task", "checkpoint", PRETRAIN_SEED), device=True, seeded=True),
     Stage("zeroshot", "gpt1.stages.zeroshot:zeroshot", address=_SEED, device=True, seeded=True),
     Stage("zeroshot_lstm", "gpt1.stages.zeroshot:zeroshot_lstm", address=_SEED, device=True,
           seeded=True),

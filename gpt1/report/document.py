@@ -13,6 +13,7 @@ from gpt1.config import Params
 from gpt1.freshness import is_current
 from gpt1.records import Metrics, first_run, split_origins, variant_results
 from gpt1.repo import git
+from gpt1.report.curves import FIGURE, curves_section, plot_curves
 from gpt1.report.estimates import Finding, findings_json
 from gpt1.report.figure2 import (
     MODEL_LABELS,
@@ -326,6 +327,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
             "LSTM dashed; shaded = 95 % bootstrap CI over the scored examples and pre-training "
             "seeds; dotted = chance (0), dash-dot = majority). " + describe_right(right)
             + f" Paper: {cfg.paper_figure2['right']}. " + compare_right(found[3]), ""]
+    out += curves_section(params, metrics)
     ztable = _zeroshot_table(metrics)
     if ztable:
         out += ["Zero-shot raw scores (x 100; accuracy, CoLA MCC) per checkpoint:", "",
@@ -360,10 +362,11 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
     metrics = at_floors(params, metrics)
     left = layer_curves(metrics, params.layers.tasks, params.layers.layers_transferred)
     right = zeroshot_curves(metrics)
-    paths = {"figure": out / "figure2.png", "report": out / "report.md"}
+    paths = {"figure": out / "figure2.png", "report": out / "report.md", "curves": out / FIGURE}
     bands = {"left": layer_bands(params, metrics), "right": zeroshot_bands(params, metrics)}
     plot_figure2(left, right, paths["figure"], params.report.figure_dpi, params.model.n_layer,
                  bands, baseline_lines(params, metrics))
+    plot_curves(params, metrics, paths["curves"])
     for name, rows in plot_tables(left, right, params.zeroshot.tasks).items():
         if name == "figure2_left":  # one file per task of params layers.tasks: the plot
             for task in params.layers.tasks:  # definition (a folder) follows the params

@@ -48,12 +48,15 @@ def finetune(params: Params, task: str, pretrain_seed: int | None = None) -> dic
 
 def finetune_variant(params: Params, task: str, variant: str, kind: str,
                      seed: int | None = None, out: str = "", stem: str = "",
-                     record_params: Params | None = None) -> dict[str, Any]:
+                     record_params: Params | None = None, step: int | None = None
+                     ) -> dict[str, Any]:
     """Fine-tune a `kind` body (transformer | lstm) of pre-training run `seed` on `task`; the
-    ablations and Figure 2 left reuse this with their own params and variant name. Writes to
-    <paths.finetuned>/p<seed>/<out> (default <task> or <variant>/<task>) and the record
-    <stem>_p<seed> (default finetune[_<variant>]_<task>); record_params = the params whose
-    digest the record carries (default params).
+    ablations, Figure 2 left and the curves reuse this with their own params and variant name.
+    Writes to <paths.finetuned>/p<seed>/<out> (default <task> or <variant>/<task>) and the
+    record <stem>_p<seed> (default finetune[_<variant>]_<task>); record_params = the params
+    whose digest the record carries (default params); `step` = the kept zero-shot checkpoint
+    of that step to start from (default: the final weights). Only the finetune stage (the
+    `full` variant at its default `out`) keeps the task model `gpt1 predict` uses.
 
     Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
     its own order; every seed and every pre-training run is scored on the same test examples.
@@ -70,7 +73,8 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     trains = {f: load.cap_table(tables["train"], hp.max_train_examples,
                                 train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
     ft = params.finetune
-    pretrained = checkpoint.load_model(run_dir, tok.hash)[0] if ft.init == "pretrained" else None
+    pretrained = (checkpoint.load_model(run_dir, tok.hash, step=step)[0]
+                  if ft.init == "pretrained" else None)
     make_body = body_factory(ft.init, ft.layers_transferred, pretrained,
                              lambda: networks.build_model(kind, params, tok.vocab_size),
                              n_special=len(params.bpe.special_tokens))
@@ -83,6 +87,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     data = {s: encoded(t) for s, t in capped.items()}
     train_sets = {f: encoded(t) for f, t in trains.items()}
     data["train"] = train_sets[hp.seeds[0]]
+    keep_model = variant == "full" and not out
     out = out or (task if variant == "full" else f"{variant}/{task}")
     out_dir = Path(params.paths.finetuned) / names.run_tag(seed) / out
     default = f"finetune_{task}" if variant == "full" else f"finetune_{variant}_{task}"
@@ -94,7 +99,7 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     sample["train"] = (f" (seeded random {n_train} of {len(tables['train'])} per fine-tuning "
                        "seed)" if n_train < len(tables["train"]) else f" (all {n_train})")
     model_dir = out_dir / predict.MODEL_DIR  # the `full` row only: what `gpt1 predict` uses
-    save = (None if variant != "full" else lambda m, d: predict.save_task_model(
+    save = (None if not keep_model else lambda m, d: predict.save_task_model(
         d / predict.MODEL_DIR, m, params, task, kind, tok, seed))
     with tracking.start_run(stem, params) as on_metrics:
         used = {**capped, "train": trains[hp.seeds[0]]}  # the first seed's training sample
@@ -106,7 +111,9 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
             logged_models.log_model(params, model_dir, kind, spec, used["train"])
         atomic.write_json(out_dir / "result.json", result)
         metrics = finetune_record(params, spec, hp, kind, variant, result, sample,
-                                           out_dir, seed)
+                                  out_dir, seed)
+        if step is not None:
+            metrics["pretrain_step"] = step
         record(record_params or params, stem, metrics, ("scores",), summary=metrics)
     log.info("%s %s p%d: %s = %.4f", variant, task, seed, spec.metric,
              result["scores"][spec.metric]["mean"])

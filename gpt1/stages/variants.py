@@ -66,9 +66,16 @@ def pilot_choice(params: Params, variant: str, task: str) -> tuple[float | None,
 
 def layers_caps(params: Params, task: str) -> Params:
     """params whose fine-tuning caps are the study's (layers.max_*), when it sets them."""
-    caps = {k: v for k, v in (("max_train_examples", params.layers.max_train_examples),
-                              ("max_eval_examples", params.layers.max_eval_examples))
-            if v is not None}
+    return with_caps(params, task, params.layers.max_train_examples,
+                     params.layers.max_eval_examples)
+
+
+def with_caps(params: Params, task: str, max_train: int | None, max_eval: int | None
+              ) -> Params:
+    """params whose fine-tuning caps on `task` are max_train / max_eval (None: unchanged),
+    replacing the task's own override of them."""
+    caps = {k: v for k, v in (("max_train_examples", max_train),
+                              ("max_eval_examples", max_eval)) if v is not None}
     if not caps:
         return params
     overrides = params.as_dict()["finetune"]["overrides"]

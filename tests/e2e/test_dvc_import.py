@@ -43,6 +43,7 @@ def _tiny_preset(n_merges: int) -> dict:
                      "max_eval_examples": 8, "epochs": 1, "batch_size": 4},
         "tasks": {"dev_examples": {"story_cloze": 3}},
         "ablations": {"tasks": ["sst2"]},
+        "curves": {"ns": [8], "checkpoints": [0]},  # one point each (no checkpoints to start from)
         "zeroshot": {"max_examples": 8},
         "report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"]},  # prepared ones
     })

@@ -24,6 +24,9 @@ TINY: dict[str, Any] = {
     },
     "finetune": {"batch_size": 4, "max_train_examples": 16, "max_eval_examples": 16,
                  "seeds": [0]},  # one seed keeps unit tests short; tests that need more set them
+    # one point of each curve: the e2e repros run every curve stage (tests/unit/stages/
+    # test_curves.py runs two arms at two n and three checkpoints in-process)
+    "curves": {"ns": [8], "arms": ["full"], "compute_n": 8, "checkpoints": [0]},
     "report": {"bootstrap_samples": 200},
     # one arm, two configurations (the recipe's, lr 1e-4 warm-up 0.2 %, among them); the
     # tests that need every arm piloted say so (tests/unit/stages/test_pilot_grid.py)

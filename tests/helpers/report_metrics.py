@@ -78,6 +78,18 @@ def fixture_metrics(root: Path) -> Path:
                 task: round(0.05 * j + 0.02 * n + (wiggle if j % 2 else -wiggle), 4)
                 for n, task in enumerate(["sst2", "cola", "race", "dprd"])}}
             for j, step in enumerate([1, 10, 100, 1000])]}
+    for n_i, n in enumerate((250, 1000)):  # the labelled-data curve (no prediction files)
+        for a_i, arm in enumerate(("full", "scratch")):
+            files[f"curve_n_sst2_{n}_{arm}_p1234"] = {
+                **task_json("sst2", f"curve_n_{arm}", 0.55 + 0.1 * n_i - 0.03 * a_i, 3),
+                "n_train": n}
+        files[f"curve_floor_sst2_{n}"] = {**task_json("sst2", "bow", 0.6 + 0.05 * n_i, 3),
+                                          "n_train": n}
+    for k, (step, correct) in enumerate(((0, [0.5, 0.52]), (30, [0.6, 0.56]),
+                                         (732, [0.7, 0.66]))):  # the compute curve
+        files[f"curve_step_sst2_{k}_p1234"] = {
+            **preds_json(root, f"curve_step{k}", "sst2", correct, 50), "variant": "curve_step",
+            "pretrain_step": step}
     files["pretrain"] = {"steps": 732, "tokens": 2998272, "val_ppl": 294.4, "val_loss": 5.68,
                          "config_hash": "fixture0hash", "wall_seconds": 725.4}
     files["finetune_cola"]["wall_seconds"] = 61.0

@@ -52,6 +52,8 @@ def fixture_params(make_params):
         "paths": {"mirror_dir": "../shared/data", "tasks": "data/tasks"},
         "layers": {"tasks": ["mnli", "race"], "layers_transferred": [0, 2, 4]},
         "model": {"n_layer": 4},
+        "curves": {"tasks": ["sst2"], "ns": [250, 1000], "arms": ["full", "scratch"],
+                   "compute_n": 2000, "checkpoints": [0, 1, 2]},
         "report": {"plan_commit": "fixture0plan", "deviations": ["a fixture deviation"]},
     })
 

@@ -1,0 +1,140 @@
+"""Where pre-training can show, end to end in-process on the tiny preset: the labelled-data
+curve (each arm at each n, the floor at the same n) and the pre-training-compute curve
+(fine-tuned from each kept checkpoint) run as their stages, and the report's curves, bands
+and slope test are computed from the records they wrote."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpt1 import bpe, checkpoint, names, networks
+from gpt1.config import parse_params
+from gpt1.data.clean import standardize_texts
+from gpt1.errors import Gpt1Error
+from gpt1.records import read_metrics
+from gpt1.report import curves as report_curves
+from gpt1.stages import curves
+from gpt1.stages import data as data_stages
+from gpt1.stages import lr_pilot as lr_pilot_stages
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+STEPS = (0, 3, 12)
+"""The kept zero-shot checkpoints of the stand-in pre-training run."""
+
+
+@pytest.fixture(scope="module")
+def curve_run(tmp_path_factory: pytest.TempPathFactory):
+    import torch
+
+    from tests.helpers.params import make_params_dict
+    from tests.helpers.task_mirror import write_mirror
+
+    threads = torch.get_num_threads()  # module-scoped: set before `one_thread` applies
+    torch.set_num_threads(1)
+    tmp_path = tmp_path_factory.mktemp("curves")
+    write_mirror(tmp_path / "mirror", rows=40)
+    params = parse_params(make_params_dict(tmp_path, {
+        "device": "cpu",
+        "finetune": {"seeds": [0, 1], "max_eval_examples": None},
+        "ablations": {"tasks": ["sst2"], "pilot": {"variants": ["scratch"],
+                                                   "lr_grid": [1e-4, 1e-3], "dev_examples": 8},
+                      "floor": {"c_grid": [1.0], "cv_folds": 2}},  # the floor's CV: seconds
+        "curves": {"tasks": ["sst2"], "ns": [8, 20], "arms": ["full", "scratch"],
+                   "compute_n": 12, "checkpoints": [0, 1, 2]},
+        "bpe": {"n_merges": 20}}), "tiny")
+    data_stages.prepare_task(params, "sst2")
+    train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
+    tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
+                        params.paths.tokenizer)
+    run_dir = checkpoint.pretrain_dir(params, names.TRANSFORMER)
+    model = networks.build_model(names.TRANSFORMER, params, tok.vocab_size)
+    for step in STEPS:  # stand-ins for the kept zero-shot checkpoints of seed 1234
+        checkpoint.save_weights(checkpoint.zeroshot_path(run_dir, step), model)
+    checkpoint.write_model(run_dir, model, {"kind": names.TRANSFORMER, "vocab_size": tok.vocab_size,
+                                            "tokenizer_hash": tok.hash,
+                                            "params": params.as_dict(), "step": STEPS[-1]})
+    lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
+    for n in params.curves.ns:
+        for arm in params.curves.arms:
+            curves.curve_n(params, "sst2", n, arm)
+        curves.curve_floor(params, "sst2", n)
+    for k in params.curves.checkpoints:
+        curves.curve_step(params, "sst2", k)
+    torch.set_num_threads(threads)
+    return params, read_metrics(params.paths.metrics)
+
+
+def test_each_point_trains_on_its_n_and_records_where_it_started(curve_run) -> None:
+    params, metrics = curve_run
+    for n in params.curves.ns:
+        full, scratch = (metrics[f"curve_n_sst2_{n}_{a}_p1234"] for a in ("full", "scratch"))
+        floor = metrics[f"curve_floor_sst2_{n}"]
+        assert full["n_train"] == scratch["n_train"] == floor["n_train"] == n
+        assert (full["init"], scratch["init"], floor["body"]) == ("pretrained", "scratch", "bow")
+        assert scratch["lr"] == metrics["lr_pilot_scratch_sst2"]["chosen_lr"]  # its pilot's lr
+        for seed in params.finetune.seeds:  # the arms and the floor share each seed's sample
+            ids = {m["train_ids"][seed] for m in (full, scratch, floor)}
+            assert len({tuple(pd.read_parquet(p)["id"]) for p in ids}) == 1
+    steps = [metrics[f"curve_step_sst2_{k}_p1234"]["pretrain_step"] for k in range(3)]
+    assert steps == list(STEPS)
+    assert all(metrics[f"curve_step_sst2_{k}_p1234"]["n_train"] == 12 for k in range(3))
+    # no task model for `gpt1 predict` is kept by a curve point
+    assert not list(Path(params.paths.finetuned).rglob("curve_*/**/model"))
+
+
+def test_the_figure_data_come_from_the_records(curve_run) -> None:
+    params, metrics = curve_run
+    labels = report_curves.label_curve(params, metrics, "sst2")
+    assert list(labels) == ["full", "scratch", "bow"]
+    for arm, points in labels.items():
+        assert [p.x for p in points] == [8, 20]
+        for p in points:
+            stem = (f"curve_floor_sst2_{p.x}" if arm == "bow"
+                    else f"curve_n_sst2_{p.x}_{arm}_p1234")
+            assert p.mean == pytest.approx(metrics[stem]["scores"]["acc"]["mean"])
+            assert p.runs == 2 and p.low is not None and p.high is not None
+            assert p.low <= p.mean <= p.high
+    compute = report_curves.compute_curve(params, metrics, "sst2")
+    assert [p.x for p in compute] == list(STEPS)
+    b, k = report_curves.compute_slope(params, metrics, "sst2")
+    assert k == 3 and b is not None
+    xs = [report_curves.slope_x(s) for s in STEPS]
+    ys = [p.mean for p in compute]
+    mx, my = sum(xs) / 3, sum(ys) / 3
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
+        (x - mx) ** 2 for x in xs)
+    assert b.ci.estimate == pytest.approx(slope)  # the test's estimate is the points' slope
+    text = "\n".join(report_curves.curves_section(params, metrics))
+    assert "| bow |" in text and "Slope test:" in text and "n = 20" in text
+    out = Path(params.paths.reports) / report_curves.FIGURE
+    report_curves.plot_curves(params, metrics, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert not math.isnan(b.ci.low)
+
+
+def test_a_point_outside_the_params_is_refused(curve_run) -> None:
+    params, _ = curve_run
+    with pytest.raises(Gpt1Error, match="n = 9 not in curves.ns"):
+        curves.curve_n(params, "sst2", 9, "full")
+    with pytest.raises(Gpt1Error, match="arm 'lstm' not in curves.arms"):
+        curves.curve_n(params, "sst2", 8, "lstm")
+    with pytest.raises(Gpt1Error, match="checkpoint 5 not in curves.checkpoints"):
+        curves.curve_step(params, "sst2", 5)
+
+
+def test_the_compute_curve_records_why_it_does_not_run_on_imported_weights(
+        curve_run, tmp_path: Path) -> None:
+    from gpt1.stages.variants import override
+
+    params = override(curve_run[0], pretrain={"import_hf": "models/openai-gpt"},
+                      paths={"metrics": str(tmp_path / "metrics"),
+                             "finetuned": str(tmp_path / "finetuned")})  # not the module's
+    out = curves.curve_step(params, "sst2", 0)
+    assert out["not_run"].startswith("not run: pretrain.import_hf imports released final")
+    assert read_metrics(params.paths.metrics)["curve_step_sst2_0_p1234"]["not_run"]
+    assert not list((Path(params.paths.finetuned) / "p1234" / "curve_step" / "sst2_0").iterdir())
