@@ -19,7 +19,7 @@ from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import import_hf
 from gpt1.stages.finetune import finetune_variant
 from gpt1.stages.recording import record
-from gpt1.stages.variants import ablation_params, pilot_lr, with_caps
+from gpt1.stages.variants import ablation_params, pilot_choice, with_caps
 
 N_PREFIX, FLOOR_PREFIX, STEP_PREFIX = "curve_n", "curve_floor", "curve_step"
 """Record stems: curve_n_<task>_<n>_<arm>_p<seed>, curve_floor_<task>_<n>,
@@ -37,11 +37,12 @@ def _check(params: Params, task: str, n: int | None = None, arm: str | None = No
 
 
 def arm_params(params: Params, task: str, arm: str) -> tuple[Params, str]:
-    """(the finetune params of `arm`, its body kind): `full` = params' own recipe; a name of
-    ablations.presets = that Table 5 row at the lr its pilot chose (as the ablation stage)."""
+    """(the finetune params of `arm`, its body): `full` or a Table 5 row (ablations.presets), at
+    the (lr, warm-up) its pilot chose where ablations.pilot tunes it on `task` (as the finetune
+    and ablation stages do), else at its recipe."""
+    run = ablation_params(params, arm, *pilot_choice(params, arm, task))
     if arm == "full":
-        return params, names.TRANSFORMER
-    run = ablation_params(params, arm, pilot_lr(params, arm, task))
+        return run, names.TRANSFORMER
     return run, names.body(params.ablations.presets[arm].body)
 
 
