@@ -201,12 +201,19 @@ def _map_ordered(docs: Iterable[RawDocument], cfg: CleanCfg) -> Iterator[Cleaned
         yield from map(_clean_job, jobs)
         return
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(cfg.workers, mp_context=context) as pool:
-        try:
-            yield from pool.map(_clean_job, jobs)
-        except BrokenProcessPool:
-            raise Gpt1Error("a cleaning worker process died (killed or out of memory); "
-                            "nothing was written, re-run the stage", "clean.workers") from None
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(cfg.workers, mp_context=context)
+    try:
+        yield from pool.map(_clean_job, jobs)
+    except BrokenProcessPool:
+        # A worker the pool started as (or after) the other died waits on the call queue
+        # forever, and the pool's shutdown would wait for it: stop the pool's workers first.
+        for worker in set(multiprocessing.active_children()) - before:
+            worker.kill()
+        raise Gpt1Error("a cleaning worker process died (killed or out of memory); "
+                        "nothing was written, re-run the stage", "clean.workers") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def clean_documents(

@@ -134,7 +134,7 @@ def test_a_killed_cleaning_worker_stops_the_stage_instead_of_hanging(make_params
 
     cfg = make_params({"clean": {"workers": 2}}).clean
     docs = [clean.RawDocument(f"d{i}", f"d{i}.txt", 10, "0" * 64, data=make_book(i).encode())
-            for i in range(8)]
+            for i in range(64)]  # outlasts the workers' start
 
     def kill_a_worker() -> None:
         deadline = time.monotonic() + 60
