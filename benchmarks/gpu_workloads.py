@@ -173,9 +173,10 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
     pre = raw["pretrain"]
     pre.update(max_tokens=steps * pre["batch_seqs"] * pre["seq_len"], epochs=None,
                warmup_steps=2, checkpoint_interval_steps=steps // 2, log_interval_steps=steps // 2,
-               eval_interval_steps=steps, eval_batches=1, zero_shot_checkpoints=0, nproc=1)
+               eval_interval_steps=steps, eval_batches=1, zero_shot_checkpoints=1, nproc=1)
     raw.update(device=device.type)
     raw["tracking"]["enabled"] = False
+    raw["curves"]["checkpoints"] = [0]  # the compute curve's one point: the kept final step
     vocab = 40_481
     with tempfile.TemporaryDirectory() as tmp:
         raw["paths"]["checkpoints"] = str(Path(tmp) / "run")
