@@ -36,7 +36,7 @@ def pilot_split(params: Params, variant: str, task: str, pool: pd.DataFrame
     row: the split is then carved from the pool and the pilot trains on the rest (said so)."""
     cfg = params.ablations.pilot
     hp = resolve_hparams(ablation_params(params, variant), task)
-    if hp.max_train_examples is None:
+    if hp.max_train_examples is None or hp.max_train_examples >= len(pool):  # the whole pool
         if len(pool) < 2 * cfg.dev_examples:
             raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "
                             f"ablations.pilot.dev_examples={cfg.dev_examples} from it")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +34,8 @@ OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},
                 "check_corpus": {"checks"}, "train_bpe": {"bpe"},
                 "shard_corpus": {"seed", "shard"}, "pretrain@1234": {"seed", "model", "pretrain"},
                 "prepare_task@sst2": {"tasks"},
-                "finetune@sst2-1234": {"seed", "finetune", "tasks", "model", "pretrain"}}
+                "finetune@sst2-1234": {"seed", "finetune", "tasks", "model", "pretrain",
+                                       "ablations"}}  # its pilot's choice
 
 
 def _stdout(args: list[str], repo: Path) -> str:
@@ -65,7 +67,8 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     _run(["git", "commit", "-qm", "tiny preset"], repo)
     commit = _run(["git", "rev-parse", "HEAD"], repo).strip()
     out = _run(["dvc", "repro", "finetune@sst2-1234"], repo)
-    assert all(f"Running stage '{s}'" in out for s in STAGES)
+    ran = set(re.findall(r"Running stage '([^']+)'", out))  # and the pilots finetune waits on
+    assert set(STAGES) <= ran
 
     # one parent for the invocation, every stage nested, tagged, with its own params only.
     client = MlflowClient(tracking_uri=db)
@@ -75,10 +78,12 @@ def test_dvc_repro_records_and_usable_models(tmp_path: Path) -> None:
     (parent,) = [r for r in runs if r.data.tags.get("gpt1.pipeline") == "dvc repro"]
     stages = {r.data.tags["dvc.stage"]: r for r in runs
               if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
-    assert set(stages) == set(STAGES) and parent.info.status == "FINISHED"
+    assert set(stages) == ran - {"scan_mirror"}  # the mirror's fingerprint: no MLflow run
+    assert parent.info.status == "FINISHED"
     for name, run in stages.items():
         assert run.data.tags["mlflow.source.git.commit"] == commit
-        assert {k.split(".")[0] for k in run.data.params} == OWN_SECTIONS[name], name
+        if name in OWN_SECTIONS:
+            assert {k.split(".")[0] for k in run.data.params} == OWN_SECTIONS[name], name
         assert run.info.status == "FINISHED"
 
     # the registered models load as pyfunc models and score text.

@@ -52,7 +52,7 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
     params = make_params({
         "finetune": {"tasks": ["rte", "mnli", "race", "cola", "sst2"], "seeds": [0],
                      "max_train_examples": 12, "max_eval_examples": 8},
-        "ablations": {"tasks": ["rte"], "pilot": {"dev_examples": 6}},
+        "ablations": {"tasks": ["rte"], "pilot": {"dev_examples": 4}},
         "curves": {"tasks": ["rte"]},  # each in ablations.tasks
         "layers": {"tasks": ["mnli"], "layers_transferred": [0, 1, 2],
                    "max_train_examples": 10, "max_eval_examples": 6},

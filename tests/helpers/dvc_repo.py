@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.helpers.params import deep_merge
 from tests.helpers.repo import REPO
 
 
@@ -35,6 +36,7 @@ def run(args: list[str], cwd: Path) -> str:
 
 def set_params(repo: Path, **sections: dict) -> None:
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    for section, values in sections.items():
-        params[section].update(values)
+    for section, values in sections.items():  # merged key by key, as the presets are
+        merge = isinstance(values, dict)
+        params[section] = deep_merge(params[section], values) if merge else values
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -31,7 +31,7 @@ TINY: dict[str, Any] = {
     # one arm, two configurations (the recipe's, lr 1e-4 warm-up 0.2 %, among them); the
     # tests that need every arm piloted say so (tests/unit/stages/test_pilot_grid.py)
     "ablations": {"pilot": {"variants": ["scratch"], "lr_grid": [1e-4, 1e-3],
-                            "warmup_grid": [0.002]}},
+                            "warmup_grid": [0.002], "dev_examples": 4}},  # tiny task pools
     "tracking": {"enabled": False},  # unit tests never touch MLflow
 }
 

@@ -51,7 +51,7 @@ def tiny_params(repo: Path, mirror: Path) -> dict[str, Any]:
         "layers": {"tasks": ["rte"], "layers_transferred": [0, 2]},  # TINY has 2 blocks
         # every task list names prepared tasks only (params load refuses the others)
         "zeroshot": {"tasks": ["sst2", "dprd"]},
-        "ablations": {"tasks": ["sst2"]},
+        "ablations": {"tasks": ["sst2"], "pilot": {"dev_examples": 4}},  # a tiny pool
         "report": {"confirmatory_tasks": ["sst2"]},
         "tracking": {"enabled": True, "uri": None},
         "orchestrate": {"max_parallel_stages": 2, "io_retries": 0, "dvc_remote": "local"},

@@ -24,8 +24,9 @@ OVERRIDES = {"device": "cpu", "pretrain": {"max_tokens": 12 * 4 * 32, "log_inter
                                            "eval_interval_steps": 6, "precision": "fp32"}}
 SPARSE = {"device": "cpu", "pretrain": {"max_tokens": 12 * 4 * 32, "log_interval_steps": 4,
                                         "eval_interval_steps": 6, "checkpoint_interval_steps": 8,
-                                        "zero_shot_checkpoints": 0, "precision": "fp32"}}
-"""Sync points at updates 4, 6, 8 and 12 only: the updates between them must not sync."""
+                                        "zero_shot_checkpoints": 1, "precision": "fp32"}}
+"""Sync points at updates 4, 6, 8 and 12 only (the one zero-shot checkpoint is the last
+update's, which the compute curve needs): the updates between them must not sync."""
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 COMPILED = {**OVERRIDES, "model": NO_DROPOUT,
             "pretrain": {**OVERRIDES["pretrain"], "compile": True}}
