@@ -37,9 +37,11 @@ TINY: dict[str, Any] = {
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` merged into `base` key by key; an empty mapping in `over` clears that key's mapping
+    (e.g. `finetune.overrides: {}` drops the demo's per-task recipes)."""
     out = copy.deepcopy(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and value and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = value

@@ -19,8 +19,6 @@ from pipelines.dag import read_plan
 from pipelines.devices import DevicePool
 
 REPO = Path(__file__).resolve().parents[2]
-DVC_KEYS = {"pseed": PRETRAIN_SEED}
-"""dvc.yaml's matrix key -> the stage argument it fills (the others are named alike)."""
 
 
 def test_every_dvc_stage_is_a_row_with_its_keys_and_function() -> None:
@@ -29,7 +27,7 @@ def test_every_dvc_stage_is_a_row_with_its_keys_and_function() -> None:
     for name, body in dvc.items():
         stage = STAGES[name]
         if "matrix" in body:
-            keys = tuple(DVC_KEYS.get(k, k) for k in body["matrix"])
+            keys = tuple(body["matrix"])  # the matrix keys are the stage arguments' names
         else:
             keys = (PRETRAIN_SEED,) if body.get("foreach") == "${pretrain.seeds}" else (
                 stage.arguments if "foreach" in body else ())

@@ -75,12 +75,12 @@ def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
         assert name in STAGES and name in dvc
     assert dvc["floor"]["foreach"] == "${ablations.tasks}"  # no pre-training seed
     assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
-    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pseed"}
+    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pretrain_seed"}
     assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
     assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
     for name in ("finetune", "ablation", "transfer_layers"):  # per pre-training seed
-        assert dvc[name]["matrix"]["pseed"] == "${pretrain.seeds}"
-        assert "--pretrain-seed ${item.pseed}" in dvc[name]["cmd"]
+        assert dvc[name]["matrix"]["pretrain_seed"] == "${pretrain.seeds}"
+        assert "--pretrain-seed ${item.pretrain_seed}" in dvc[name]["cmd"]
     for name in ("pretrain", "pretrain_lstm", "zeroshot", "zeroshot_lstm"):
         assert dvc[name]["foreach"] == "${pretrain.seeds}"
         assert "--pretrain-seed ${item}" in dvc[name]["do"]["cmd"]
