@@ -34,11 +34,14 @@ from gpt1.stages.variants import override
 
 def short_run(params, body: str, lr: float, tokens: int, out: Path) -> dict:
     """One short pre-training run of `body` at peak lr `lr`: its final validation loss."""
+    lr_key = {"lr_max": lr}
     run = override(params,
-                   pretrain={"max_tokens": tokens, "epochs": None, "seeds": params.pretrain.seeds[:1],
-                             **({"lr_max": lr} if body == "transformer" else {})},
-                   lstm={"lr_max": lr} if body == "lstm" else {},
-                   paths={"checkpoints": str(out / "transformer"), "lstm_checkpoints": str(out / "lstm"),
+                   pretrain={"max_tokens": tokens, "epochs": None,
+                             "seeds": params.pretrain.seeds[:1],
+                             **(lr_key if body == "transformer" else {})},
+                   lstm=lr_key if body == "lstm" else {},
+                   paths={"checkpoints": str(out / "transformer"),
+                          "lstm_checkpoints": str(out / "lstm"),
                           "metrics": str(out / "metrics"), "reports": str(out / "reports")},
                    tracking={"enabled": False})
     stage = pretrain_stages.pretrain_lstm if body == "lstm" else pretrain_stages.pretrain
