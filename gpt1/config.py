@@ -706,9 +706,9 @@ class ReportCfg(Section):
     model learns; the other Table 5 columns are reported descriptively."""
     gate_margins: dict[str, Annotated[float, Field(ge=0.0, lt=0.5)]]
     """The gate fixed in the plan (docs/study.md, Build 6): confirmatory task -> margin (a
-    fraction). A piloted baseline arm whose best pilot configuration does not score its
-    carved pilot split's majority + this margin makes the finding that needs it "untestable
-    at this budget" (no estimate), decided from the pilot records only."""
+    fraction). A piloted baseline arm whose best pilot configuration's accuracy does not
+    reach its carved pilot split's majority share + this margin makes the finding that needs
+    it "untestable at this budget" (no estimate), decided from the pilot records only."""
     margin: PosFloat
     """delta of finding (b)'s non-superiority test (a fraction: 0.01 = 1 point): held = "no
     gain >= delta" when the 90 % upper bound of (with aux LM - without) is below it."""

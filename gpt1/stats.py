@@ -17,7 +17,8 @@ composite), so one bootstrap serves them all:
 - `superiority` (held = CI above 0 and the same sign in every pre-training seed),
   `non_superiority` (held = "no gain >= margin": the 90 % upper bound below the margin),
   `holm` (step-down adjusted p-values and CI levels for per-task secondary CIs), `mde` and
-  `design_se` (what a design can see at a given power, from variance components).
+  `design_se` (what a design can see at a given power, from variance components; a
+  from-scratch arm's seed term over its F runs, not P F).
 """
 
 from __future__ import annotations
@@ -231,13 +232,28 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> tuple[list[float], l
 
 
 def design_se(pretrain_sd: float, seed_sd: float, example_sd: float, n_pretrain: int,
-              n_seeds: int, n_examples: float, n_tasks: int = 1) -> float:
-    """Standard error of a contrast averaged over n_tasks tasks: per task, between-pre-training
-    variance / P + between-seed variance / (P F) + per-example variance / n (examples are
-    shared by the runs, so their term does not shrink with runs), tasks independent."""
-    per_task = (pretrain_sd ** 2 / n_pretrain + seed_sd ** 2 / (n_pretrain * n_seeds)
+              n_seeds: int, n_examples: float, n_tasks: int = 1, scratch_arms: int = 0) -> float:
+    """Standard error of a two-arm contrast averaged over n_tasks tasks: per task,
+    between-pre-training variance / P + the seed term + per-example variance / n (examples
+    are shared by the runs, so their term does not shrink with runs), tasks independent.
+
+    `seed_sd` is the sd of a per-run arm difference, so each arm carries half its variance,
+    divided by that arm's independent runs (`seed_term`): P F for a pre-trained arm, F for a
+    from-scratch arm (it has no pre-training seed; `scratch_arms` of the two are)."""
+    per_task = (pretrain_sd ** 2 / n_pretrain
+                + seed_term(seed_sd, n_pretrain, n_seeds, scratch_arms)
                 + example_sd ** 2 / n_examples)
     return float(np.sqrt(per_task / n_tasks))
+
+
+def seed_term(seed_sd: float, n_pretrain: int, n_seeds: int, scratch_arms: int = 0) -> float:
+    """The fine-tuning-seed variance of a two-arm contrast's mean: the sum over its arms of
+    (seed_sd^2 / 2) / (that arm's independent runs), P F for a pre-trained arm and F for a
+    from-scratch one; with no from-scratch arm seed_sd^2 / (P F)."""
+    if scratch_arms not in (0, 1, 2):
+        raise ValueError(f"scratch_arms: a two-arm contrast has 0, 1 or 2, got {scratch_arms}")
+    runs = [n_seeds] * scratch_arms + [n_pretrain * n_seeds] * (2 - scratch_arms)
+    return sum(seed_sd ** 2 / 2 / r for r in runs)
 
 
 def mde(se: float, power: float, level: float = 0.95, one_sided: bool = False) -> float:

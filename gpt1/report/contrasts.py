@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -118,6 +118,7 @@ class Preds:
 
 
 RunPreds = dict[RunKey, Preds]
+_V = TypeVar("_V")
 """(pretrain_seed, seed) -> that run's predictions."""
 RowPreds = dict[str, RunPreds]
 """task -> per-run predictions of one table row (one variant)."""
@@ -270,13 +271,14 @@ def cell_flags(results: Mapping[str, dict[str, Any]], components: Sequence[str],
     return list(dict.fromkeys(out))
 
 
-def distinct_runs(record: Mapping[str, Any], runs: RunPreds) -> RunPreds:
-    """The arm's independent runs: a from-scratch arm (`init: scratch`) has no pre-training
-    seed, so its records of several pre-training seeds repeat one run per fine-tuning seed
-    and count once each (the first pre-training seed's)."""
+def distinct_runs(record: Mapping[str, Any], runs: Mapping[RunKey, _V]) -> dict[RunKey, _V]:
+    """The arm's independent runs (of any per-run value: predictions, scores): a from-scratch
+    arm (`init: scratch`) has no pre-training seed, so its records of several pre-training
+    seeds repeat one run per fine-tuning seed and count once each (the first pre-training
+    seed's)."""
     if record.get("init") != "scratch":
-        return runs
-    out: RunPreds = {}
+        return dict(runs)
+    out: dict[RunKey, _V] = {}
     for (p, f), preds in sorted(runs.items()):
         if all(f != g for _, g in out):
             out[(p, f)] = preds

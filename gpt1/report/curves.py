@@ -1,9 +1,10 @@
 """Where pre-training can show, in the report: the labelled-data curve
 (accuracy vs training examples n, one line per arm of curves.arms and the bag-of-words
 floor) and the pre-training-compute curve (fine-tuned accuracy vs the pre-training step the
-run started from), each point with its 95 % run-level bootstrap band, and the compute
-curve's slope test. Read from the records of the curve_n, curve_floor and curve_step stages
-(gpt1/stages/curves.py) and their per-example prediction files."""
+run started from), each point with its 95 % run-level bootstrap band, the compute curve's
+slope test over the checkpoints after warm-up and, apart, step 0 vs the final checkpoint.
+Read from the records of the curve_n, curve_floor and curve_step stages (gpt1/stages/curves.py)
+and their per-example prediction files."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from typing import Any
 
 from gpt1 import stats
 from gpt1.config import Params
-from gpt1.records import Metrics
+from gpt1.records import Metrics, RunKey, record_runs
 from gpt1.report.contrasts import (
     RunPreds,
+    Term,
     component_term,
     distinct_runs,
     read_predictions,
@@ -65,10 +67,17 @@ def _runs(recs: Sequence[Mapping[str, Any]]) -> RunPreds | None:
 
 
 def _record_mean(recs: Sequence[Mapping[str, Any]], task: str) -> tuple[float, int]:
-    """(mean over the records' per-seed scores, their number): a point without predictions."""
+    """(mean over the point's distinct runs of the records' per-seed scores, their number): a
+    point without predictions; a from-scratch arm's repeats over pre-training seeds count
+    once, as with predictions (contrasts.distinct_runs)."""
     score = component(task).partition(".")[2]
-    vals = [float(v) for m in recs
-            for v in m["scores"][score].get("per_seed") or [m["scores"][score]["mean"]]]
+    pooled: dict[RunKey, float] = {}
+    for m in recs:
+        entry = m["scores"][score]
+        for run, v in zip(record_runs(m), entry.get("per_seed") or [entry["mean"]],
+                          strict=False):
+            pooled[run] = float(v)
+    vals = list(distinct_runs(recs[0], pooled).values())
     return sum(vals) / len(vals), len(vals)
 
 
@@ -118,27 +127,54 @@ def compute_curve(params: Params, metrics: Metrics, task: str) -> list[Point]:
 
 
 def slope_x(step: int) -> float:
-    """The compute curve's x for its slope: log10(1 + step) (the checkpoints are log-spaced
-    from step 0)."""
-    return math.log10(1.0 + step)
+    """The compute curve's x for its slope: log10(step), over the checkpoints at or after the
+    end of warm-up (`slope_steps`; the kept checkpoints are log-spaced)."""
+    return math.log10(step)
+
+
+def slope_steps(params: Params, steps: Sequence[int]) -> list[int]:
+    """The steps the slope is fitted over: at or after the end of warm-up
+    (pretrain.warmup_steps, and at least 1), as finding (d). Step 0 (the random init) and the
+    warm-up checkpoints are left out: near x = 0 they would dominate a least-squares fit, which
+    would then mostly measure "pre-trained or not" (`compute_jump` reports that apart)."""
+    first = max(params.pretrain.warmup_steps, 1)
+    return [s for s in steps if s >= first]
+
+
+def _term(task: str, recs: Sequence[Mapping[str, Any]], weight: float) -> Term | None:
+    runs = _runs(recs)
+    return None if runs is None else component_term(runs, component(task), weight)
 
 
 def compute_slope(params: Params, metrics: Metrics, task: str
-                  ) -> tuple[stats.RunBootstrap | None, int]:
-    """(the hierarchical bootstrap of the least-squares slope of accuracy over log10(1 +
-    step), over the runs every checkpoint has; the number of checkpoints). None with fewer
-    than two checkpoints or without prediction files."""
-    points = compute_records(params, metrics, task)
+                  ) -> tuple[stats.RunBootstrap | None, list[int]]:
+    """(the hierarchical bootstrap of the least-squares slope of accuracy over log10(step),
+    over the runs every checkpoint has; the steps it is fitted over: `slope_steps`). None
+    with fewer than two such checkpoints or without prediction files."""
+    every = compute_records(params, metrics, task)
+    steps = slope_steps(params, [s for s, _ in every])
+    points = [(s, recs) for s, recs in every if s in steps]
     if len(points) < 2:
-        return None, len(points)
-    w = stats.slope_weights([slope_x(s) for s, _ in points])
-    terms = []
-    for (_, recs), wk in zip(points, w, strict=True):
-        runs = _runs(recs)
-        if runs is None:
-            return None, len(points)
-        terms.append(component_term(runs, component(task), float(wk)))
-    return run_contrast(terms, params), len(points)
+        return None, steps
+    w = stats.slope_weights([slope_x(s) for s in steps])
+    terms = [_term(task, recs, float(wk)) for (_, recs), wk in zip(points, w, strict=True)]
+    if any(t is None for t in terms):
+        return None, steps
+    return run_contrast([t for t in terms if t is not None], params), steps
+
+
+def compute_jump(params: Params, metrics: Metrics, task: str
+                 ) -> tuple[stats.RunBootstrap | None, int | None]:
+    """(the hierarchical bootstrap of the final checkpoint's accuracy minus step 0's (the
+    random init), paired by run; the final step). None without a step-0 and a later
+    checkpoint, or without prediction files."""
+    points = compute_records(params, metrics, task)
+    if len(points) < 2 or points[0][0] != 0:
+        return None, None
+    terms = [_term(task, points[-1][1], 1.0), _term(task, points[0][1], -1.0)]
+    if any(t is None for t in terms):
+        return None, points[-1][0]
+    return run_contrast([t for t in terms if t is not None], params), points[-1][0]
 
 
 def _pts(v: float | None) -> str:
@@ -174,30 +210,58 @@ def curves_section(params: Params, metrics: Metrics) -> list[str]:
                 out.append(f"| {arm} | " + " | ".join(by_n.get(n, "—") for n in ns) + " |")
             out.append("")
         if compute:
-            b, k = compute_slope(params, metrics, task)
             out += [f"Pre-training-compute curve, {task.upper()} (the `full` recipe on "
                     f"{params.curves.compute_n:,} training examples, fine-tuned from each kept "
                     "checkpoint; x 100): "
-                    + "; ".join(f"step {p.x:,}: {_band(p)}" for p in compute) + ".", ""]
-            if b is None:
-                out += [f"Slope test: not run ({k} checkpoints with prediction files; it "
-                        "needs two or more).", ""]
-            else:
-                out += [f"Slope test: least-squares slope of accuracy over log10(1 + step), "
-                        f"{k} checkpoints, {b.runs} runs: {_pts(b.ci.estimate)} points per "
-                        f"decade, 95 % CI [{_pts(b.ci.low)}, {_pts(b.ci.high)}] (hierarchical "
-                        "bootstrap, conditional on the pre-trained models): "
-                        f"**{stats.superiority(b)}** (held = CI above 0 and the same sign in "
-                        "every pre-training seed).", ""]
+                    + "; ".join(f"step {p.x:,}: {_band(p)}" for p in compute) + ".", "",
+                    *compute_tests(params, metrics, task), ""]
+    return out
+
+
+def compute_tests(params: Params, metrics: Metrics, task: str) -> list[str]:
+    """The compute curve's slope test (after warm-up) and, apart, step 0 vs the final
+    checkpoint, in words."""
+    b, steps = compute_slope(params, metrics, task)
+    first = max(params.pretrain.warmup_steps, 1)
+    scope = (f"over the checkpoints at or after the end of warm-up (step {first:,}), as finding "
+             "(d); step 0 (the random init) and the warm-up checkpoints are left out, since "
+             "near x = 0 they would dominate the fit and make it measure \"pre-trained or "
+             "not\" (that is the contrast below)")
+    if b is None:
+        out = [f"Slope test {scope}: not run ({len(steps)} such checkpoints, steps "
+               f"{', '.join(f'{s:,}' for s in steps) or 'none'}; it needs two or more, each "
+               "with its prediction files)."]
+    else:
+        out = [f"Slope test {scope}: least-squares slope of accuracy over log10(step), "
+               f"{len(steps)} checkpoints (steps {', '.join(f'{s:,}' for s in steps)}), "
+               f"{b.runs} runs: {_pts(b.ci.estimate)} points per decade, 95 % CI "
+               f"[{_pts(b.ci.low)}, {_pts(b.ci.high)}] (hierarchical bootstrap, conditional on "
+               f"the pre-trained models): **{stats.superiority(b)}** (held = CI above 0 and "
+               "the same sign in every pre-training seed)."]
+    jump, last = compute_jump(params, metrics, task)
+    if last is None:
+        return out + ["", "Step 0 vs the final checkpoint: not run (no step-0 checkpoint and a "
+                      "later one)."]
+    if jump is None:
+        return out + ["", f"Step 0 vs the final checkpoint (step {last:,}): not run (prediction "
+                      "files absent)."]
+    return out + ["", f"Step 0 (the random init) vs the final checkpoint (step {last:,}), a "
+                  "separate contrast (final − step 0, paired by run; descriptive, no verdict): "
+                  f"{_pts(jump.ci.estimate)} points, 95 % CI [{_pts(jump.ci.low)}, "
+                  f"{_pts(jump.ci.high)}], {jump.runs} runs (hierarchical bootstrap, "
+                  "conditional on the pre-trained models)."]
     return out
 
 
 def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
     """Both curves of curves.tasks' first task as one PNG (written atomically, empty panels
-    without records): left accuracy vs n (log x) per arm with the floor dashed, right
-    accuracy vs pre-training step (symlog x); shaded = 95 % run-level bands."""
-    task = params.curves.tasks[0]
-    labels, compute = label_curve(params, metrics, task), compute_curve(params, metrics, task)
+    without records or without curves.tasks): left accuracy vs n (log x) per arm with the
+    floor dashed, right accuracy vs pre-training step (symlog x); shaded = 95 % run-level
+    bands."""
+    task = params.curves.tasks[0] if params.curves.tasks else None
+    labels, compute = ({}, []) if task is None else (label_curve(params, metrics, task),
+                                                     compute_curve(params, metrics, task))
+    name = "no curves.tasks" if task is None else task.upper()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,7 +280,7 @@ def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
                               [100 * (p.high or 0) for p in banded], alpha=0.2,
                               color=line.get_color())
     left.set(xscale="log", xlabel="labelled training examples n", ylabel="accuracy (%)",
-             title=f"{task.upper()}: accuracy vs labelled data")
+             title=f"{name}: accuracy vs labelled data")
     if labels:
         left.legend()
     if compute:
@@ -227,7 +291,7 @@ def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
             right.fill_between([p.x for p in banded], [100 * (p.low or 0) for p in banded],
                                [100 * (p.high or 0) for p in banded], alpha=0.2)
     right.set(xscale="symlog", xlabel="pre-training updates", ylabel="accuracy (%)",
-              title=f"{task.upper()}: fine-tuned from each checkpoint")
+              title=f"{name}: fine-tuned from each checkpoint")
     fig.tight_layout()
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=params.report.figure_dpi)

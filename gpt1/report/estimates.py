@@ -19,8 +19,12 @@ from gpt1.tasks.registry import TASKS
 
 NO_CI = "no CI: predictions not available"
 UNTESTABLE = "untestable at this budget"
+NOT_EVALUABLE = "gate not evaluable: the pilot records predate the gate"
+"""A finding whose piloted arm's pilot record lacks what the gate needs (gpt1.report.pilots):
+no estimate, and not "untestable" (that would be a claim about the budget nobody measured)."""
 FLAGGED = "inconclusive (flagged arm)"
-METHOD = "v3: t seed term by fine-tuning seed, gate, per-arm flags"
+METHOD = ("v3.1: t seed term by fine-tuning seed, gate in pilot accuracy, per-arm MDE seed "
+          "term, per-arm flags")
 """The analysis a findings.json was computed with: a file of another (older) one is not
 reused by `gpt1 verdicts`, its CIs and verdicts being those of the older statistic."""
 
@@ -29,7 +33,7 @@ def final_verdict(test: str, flagged: str) -> str:
     """The verdict a finding prints: its test's, except that a test against a flagged
     (non-learning) arm is inconclusive, whatever its CI says (no "held vs a non-learning
     baseline": such a contrast measures the baseline's failure, not the claim)."""
-    if flagged and test not in (UNTESTABLE, NO_CI):
+    if flagged and test not in (UNTESTABLE, NOT_EVALUABLE, NO_CI):
         return FLAGGED
     return test
 

@@ -5,8 +5,10 @@ the confirmatory tasks (`report.confirmatory_tasks`); (c) and (d) are in `curve_
 
 Every statistic is a run-level hierarchical bootstrap (gpt1.stats via contrasts.contrast),
 conditional on the pre-trained models. A finding whose piloted arm does not clear the plan's
-gate (gpt1.report.pilots) is "untestable at this budget", with no estimate; one tested against
-a flagged (non-learning) arm is inconclusive, whatever its CI says."""
+gate (gpt1.report.pilots) is "untestable at this budget", with no estimate; one whose pilot
+record predates the gate has its gate not evaluable (`NOT_EVALUABLE`), with no estimate either;
+one tested against a flagged (non-learning) arm is inconclusive, whatever its CI says. The
+design's MDE counts a from-scratch arm's runs once per fine-tuning seed (gpt1.stats.seed_term)."""
 
 from __future__ import annotations
 
@@ -42,19 +44,22 @@ SCRATCH_WORDING = ("\"we also compare with our transformer architecture directly
                    "supervised target tasks, without pre-training\" (paper §5, Ablation "
                    "studies); it does not say whether that row keeps the auxiliary LM objective")
 def row_mde(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
-            one_sided: bool = False) -> float:
+            one_sided: bool = False, scratch_arms: int = 0) -> float:
     """MDE (report.power) of a two-arm contrast in this design, from the declared variance
-    components (report.design_sd) and the binomial per-example variance."""
-    return stats.mde(row_se(params, n_pre, n_ft, n_eval, n_tasks), params.report.power,
-                     0.90 if one_sided else 0.95, one_sided)
+    components (report.design_sd) and the binomial per-example variance; `scratch_arms` of
+    the two arms are from scratch (their seed term is over F runs, not P F)."""
+    return stats.mde(row_se(params, n_pre, n_ft, n_eval, n_tasks, scratch_arms),
+                     params.report.power, 0.90 if one_sided else 0.95, one_sided)
 
 
-def row_se(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int) -> float:
+def row_se(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
+           scratch_arms: int = 0) -> float:
     """Design standard error of a two-arm contrast (gpt1.stats.design_se, report.design_sd)."""
     sd = params.report.design_sd
     return stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy,
                                                                          sd.accuracy),
-                           max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1))
+                           max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1),
+                           scratch_arms)
 
 
 def paper_gap(params: Params, better: str, worse: str, tasks: Sequence[str]
@@ -75,13 +80,13 @@ def paper_gap(params: Params, better: str, worse: str, tasks: Sequence[str]
 
 
 def power_text(params: Params, better: str, worse: str, tasks: Sequence[str], n_pre: int,
-               n_ft: int, n_eval: float) -> str:
+               n_ft: int, n_eval: float, scratch_arms: int = 0) -> str:
     """` Power (this design) to find the paper's own gap ...: x %.` of a superiority finding."""
     gaps = paper_gap(params, better, worse, tasks)
     if not gaps:
         return ""
     mean = sum(gaps.values()) / len(gaps)
-    chance = stats.power(mean, row_se(params, n_pre, n_ft, n_eval, len(tasks)))
+    chance = stats.power(mean, row_se(params, n_pre, n_ft, n_eval, len(tasks), scratch_arms))
     return (" Power (this design, 95 % two-sided) to find the paper's own gap ("
             + ", ".join(f"{t.upper()} {100 * g:+.1f}" for t, g in gaps.items())
             + (f"; mean {100 * mean:+.1f}" if len(gaps) > 1 else "")
@@ -113,14 +118,19 @@ def arm_checks(params: Params, metrics: Metrics, variants: Sequence[str],
     return "; ".join(flagged), "; ".join(counts)
 
 
-def _scratch_note(params: Params, metrics: Metrics, variants: Sequence[str],
-                  tasks: Sequence[str]) -> str:
-    """Says which arm has no pre-training seed and so counts once per fine-tuning seed."""
-    arms = [params.report.row_labels[v] for v in variants
+def scratch_arms(metrics: Metrics, variants: Sequence[str], tasks: Sequence[str]
+                 ) -> list[str]:
+    """The arms of `variants` that are from scratch (`init: scratch` on one of `tasks`): they
+    have no pre-training seed, so they count once per fine-tuning seed."""
+    return [v for v in variants
             if any(variant_results(metrics, v).get(t, {}).get("init") == "scratch"
                    for t in tasks)]
-    return "".join(f"; {a} has no pre-training seed: its runs count once per fine-tuning seed"
-                   for a in arms)
+
+
+def _scratch_note(params: Params, scratch: Sequence[str]) -> str:
+    """Says which arm has no pre-training seed and so counts once per fine-tuning seed."""
+    return "".join(f"; {params.report.row_labels[v]} has no pre-training seed: its runs count "
+                   "once per fine-tuning seed" for v in scratch)
 
 
 def _per_task(params: Params, rows: Sequence[Any], tasks: Sequence[str]) -> str:
@@ -140,8 +150,8 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
                 worse: str, margin: float | None = None) -> Finding:
     """(a), (e) (superiority, margin None) or (b) (non-superiority with margin): better -
     worse on the mean of the confirmatory tasks both rows ran; "untestable at this budget"
-    when a piloted arm fails the plan's gate (pilot records only); inconclusive against a
-    flagged arm."""
+    when a piloted arm fails the plan's gate (pilot records only), "gate not evaluable" when
+    its pilot record predates the gate; inconclusive against a flagged arm."""
     cfg = params.report
     res = {v: variant_results(metrics, v) for v in (better, worse)}
     tasks = [t for t in cfg.confirmatory_tasks if all(t in r for r in res.values())]
@@ -149,7 +159,7 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
     if not tasks:
         line = f"- **({tag}) {claim}: inconclusive** — no confirmatory task has both rows."
         return Finding(tag, claim, "inconclusive", "n/a", "n/a", "n/a", "", line)
-    testable, gate_text = finding_gate(params, metrics, (better, worse), tasks)
+    blocked, gate_text = finding_gate(params, metrics, (better, worse), tasks)
     flagged, counts = arm_checks(params, metrics, (better, worse), tasks)
     checks = (f" Gate (the plan's, from the pilot records): {gate_text}. Runs and flags (a "
               f"run is degenerate at ≥ {100 * cfg.degenerate_frac:.0f} % one class; an arm is "
@@ -160,20 +170,27 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
     weights = [s / len(tasks) for s in (1.0, -1.0) for _ in tasks]
     points = run_points(recs, weights, comps)
     n_pre, n_ft = design(points)
+    scratch = scratch_arms(metrics, (better, worse), tasks)
     n_task = {t: float(res[better][t].get("n_eval", 0) or 0) for t in tasks}
-    power = "" if margin is not None else power_text(params, better, worse, tasks, n_pre, n_ft,
-                                                     harmonic_n(list(n_task.values())))
-    if not testable:
-        line = (f"- **({tag}) {claim}: {UNTESTABLE}.** {labels} on "
-                f"{', '.join(t.upper() for t in tasks)}: a piloted arm does not clear the gate, or "
-                f"its gate is undecided, so no estimate is printed.{power}{checks}")
-        return Finding(tag, claim, UNTESTABLE, "n/a", "n/a", "n/a", flagged, line, gate_text)
+    power = "" if margin is not None else power_text(
+        params, better, worse, tasks, n_pre, n_ft, harmonic_n(list(n_task.values())),
+        len(scratch))
+    if blocked is not None:
+        why = ("a piloted arm does not clear the gate" if blocked == UNTESTABLE else
+               "a piloted arm's pilot record predates the gate (it lacks the pilot split's "
+               "majority share or the chosen configuration's accuracy), so the gate cannot be "
+               "evaluated")
+        line = (f"- **({tag}) {claim}: {blocked}.** {labels} on "
+                f"{', '.join(t.upper() for t in tasks)}: {why}, so no estimate is printed."
+                f"{power}{checks}")
+        return Finding(tag, claim, blocked, "n/a", "n/a", "n/a", flagged, line, gate_text)
     est, per = hierarchical_mean(points)
     rows = [row_predictions(res[better]), row_predictions(res[worse])]
     b = contrast(rows, [1.0, -1.0], [[c] for c in comps], params)
     mde = row_mde(params, n_pre, n_ft, harmonic_n(list(n_task.values())), len(tasks),
-                  one_sided=margin is not None)
-    alone = {t: row_mde(params, n_pre, n_ft, n, 1, margin is not None) for t, n in n_task.items()}
+                  margin is not None, len(scratch))
+    alone = {t: row_mde(params, n_pre, n_ft, n, 1, margin is not None, len(scratch))
+             for t, n in n_task.items()}
     per_task_mde = ", ".join(f"{t.upper()} {100 * m:.1f}" for t, m in alone.items())
     if margin is None:
         test_word = NO_CI if b is None else stats.superiority(b)
@@ -194,7 +211,7 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
     line = (f"- **({tag}) {claim}: {verdict}.** {labels} on the mean of "
             f"{', '.join(t.upper() for t in tasks)} = {pts(est)} points over {len(points)} "
             f"runs ({n_pre} pre-training x {n_ft} fine-tuning seeds"
-            f"{_scratch_note(params, metrics, (better, worse), tasks)}; "
+            f"{_scratch_note(params, scratch)}; "
             f"{pretrain_text(per, b)}), {ci if b is not None else NO_CI}."
             f"{_per_task(params, rows, tasks)} Test: {test}; hierarchical bootstrap "
             f"({cfg.bootstrap_samples:,} draws: eval examples shared by every arm and run, the "

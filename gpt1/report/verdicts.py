@@ -5,10 +5,11 @@ Each run is a params file (its `paths.metrics` holds the run's committed records
 findings are the report's own: saved by the report stage (`findings.json`, with the CIs its
 per-example prediction files gave) when the records are the ones it was built from, else
 recomputed (gpt1.report.findings). A test against a flagged (non-learning) arm is
-inconclusive; a finding whose piloted arm fails the plan's gate is untestable at this budget;
-recomputed without the prediction files (they are not in git) there is no CI and the verdict
-says so. The one-line summary per run is also the README's verdict block (`--readme`), so
-the two agree word for word.
+inconclusive; a finding whose piloted arm fails the plan's gate is untestable at this budget
+(its gate not evaluable where the pilot records predate the gate); recomputed without the
+prediction files (they are not in git) there is no CI and the verdict says so. The one-line
+summary per run is also the README's verdict block (`--readme`), so the two agree word for
+word.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -26,6 +28,7 @@ from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics, variant_results
 from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.estimates import (
+    NOT_EVALUABLE,
     UNTESTABLE,
     Finding,
     component,
@@ -114,26 +117,36 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
         params = runs[0][2]
         lines += ["", f"Declared (`report.design_sd`): pre-training {100 * sd.pretrain:.2f}, "
                   f"seed {100 * sd.seed:.2f}, accuracy {100 * sd.accuracy:.0f}. MDE at "
-                  f"{100 * runs[0][2].report.power:.0f} % power of the mean of two "
-                  "confirmatory tasks (gpt1.stats.design_se, gpt1.stats.mde):", "",
+                  f"{100 * params.report.power:.0f} % power of the mean of two confirmatory "
+                  "tasks (gpt1.stats.design_se, gpt1.stats.mde): SE² = per task (σ_p² / P + "
+                  "σ_f² / 2 × (1 / R₁ + 1 / R₂) + σ_e² / n), divided by the number of tasks, "
+                  "where σ_f is the sd of a per-run arm difference, so each arm carries half "
+                  "of it over its own independent runs R: P F for a pre-trained arm, F for a "
+                  "from-scratch arm (no pre-training seed; (a)'s row 2), so (a)'s MDE exceeds "
+                  "(e)'s when P > 1; σ_e² = 2 × accuracy × (1 − accuracy); MDE = (z₀.₉₇₅ + "
+                  f"z_power) SE, z_power = {NormalDist().inv_cdf(params.report.power):.2f}.",
+                  "",
                   "| design | pre-training x fine-tuning seeds | n_eval SST-2, QNLI (harmonic "
-                  "mean) | (a)/(e) MDE, mean (points) | SST-2 alone | QNLI alone | (b): no gain "
-                  "≥ δ shown when the true difference ≤ (points) | power at the paper's gap: "
-                  f"(a) {gap_text(params, 'scratch')}, (e) {gap_text(params, 'lstm')} |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "mean) | (a) MDE, mean (points) | (e) MDE, mean (points) | SST-2 alone: (a), "
+                  "(e) | QNLI alone: (a), (e) | (b): no gain ≥ δ shown when the true difference "
+                  f"≤ (points) | power at the paper's gap: (a) {gap_text(params, 'scratch')}, "
+                  f"(e) {gap_text(params, 'lstm')} |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         margin = params.report.margin
         for label, n_pre, n_ft, ns in PLAN_DESIGNS:
             n_eval = harmonic_n(ns)
-            two = row_mde(params, n_pre, n_ft, n_eval, 2)
-            alone = [row_mde(params, n_pre, n_ft, n, 1) for n in ns]
+            two = [row_mde(params, n_pre, n_ft, n_eval, 2, scratch_arms=k) for k in (1, 0)]
+            alone = [[row_mde(params, n_pre, n_ft, n, 1, scratch_arms=k) for k in (1, 0)]
+                     for n in ns]
             one = row_mde(params, n_pre, n_ft, n_eval, 2, one_sided=True)
-            se = row_se(params, n_pre, n_ft, n_eval, 2)
-            powers = [stats.power(float(np.mean(list(g.values()))), se) if g else None
-                      for g in (paper_gap(params, "full", v, DESIGN_TASKS)
-                                for v in ("scratch", "lstm"))]
+            powers = [stats.power(float(np.mean(list(g.values()))),
+                                  row_se(params, n_pre, n_ft, n_eval, 2, k)) if g else None
+                      for g, k in ((paper_gap(params, "full", v, DESIGN_TASKS), k)
+                                   for v, k in (("scratch", 1), ("lstm", 0)))]
             lines.append(f"| {label} | {n_pre} x {n_ft} | {ns[0]:,}, {ns[1]:,} ({n_eval:,.0f}) "
-                         f"| {100 * two:.1f} | {100 * alone[0]:.1f} | {100 * alone[1]:.1f} | "
-                         f"{100 * (margin - one):+.1f} | "
+                         f"| {100 * two[0]:.1f} | {100 * two[1]:.1f} | "
+                         + " | ".join(f"{100 * a:.1f}, {100 * e:.1f}" for a, e in alone)
+                         + f" | {100 * (margin - one):+.1f} | "
                          + ", ".join("n/a" if x is None else f"{100 * x:.0f} %" for x in powers)
                          + " |")
     return lines + [""]
@@ -195,7 +208,8 @@ def render(runs: Sequence[tuple[str, str, Params]], readme: str | None = None
                      f"{', '.join(t.upper() for t in params.report.confirmatory_tasks)}.")
         summary.append(summary_line(name, found))
         for f in found:
-            stat = f.statistic + (f" (gate: {f.gate})" if f.verdict == UNTESTABLE else "")
+            stat = f.statistic + (f" (gate: {f.gate})" if f.verdict in (UNTESTABLE, NOT_EVALUABLE)
+                                  else "")
             rows.append(f"| ({f.tag}) {f.claim} | {name} | "
                         f"{final_verdict(f.verdict, f.flagged)} | {stat} | {f.ci} | "
                         f"{f.mde} | {f.flagged or '-'} | {'yes' if f.reproduces else 'no'} |")
@@ -216,7 +230,9 @@ def render(runs: Sequence[tuple[str, str, Params]], readme: str | None = None
         "estimate from the records' per-run scores. A flagged arm (>= 95 % of predictions one "
         "class in half its runs, or a CI not above the majority baseline) makes a finding "
         "inconclusive; a finding whose piloted arm does not clear the plan's gate (pilot "
-        "records only) is untestable at this budget, with no estimate.", "",
+        "records only) is untestable at this budget, with no estimate; one whose pilot records "
+        "predate the gate (no pilot-split majority, or no accuracy where the task's score is "
+        f"another metric) is printed \"{NOT_EVALUABLE}\", with no estimate either.", "",
         "## Summary", "", *summary, "",
         "| claim | run | verdict | statistic | CI | design MDE (at report.power) | flagged arm "
         "| reproduces the paper |",

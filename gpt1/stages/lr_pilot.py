@@ -68,6 +68,17 @@ def majority_share(spec: TaskSpec, train: pd.DataFrame, dev: pd.DataFrame) -> fl
     return float((dev["label"] == top).mean())
 
 
+def pilot_accuracy(spec: TaskSpec, predictions: pd.DataFrame, dev: pd.DataFrame
+                   ) -> float | None:
+    """Share of a pilot run's predictions (`id`, `prediction`) equal to the carved split's
+    label of the same id: the gate's measure, comparable with `majority_share` whatever the
+    task's metric (MCC, F1); None for a regression task."""
+    if spec.regression or not len(predictions):
+        return None
+    labels = dev.set_index("id")["label"].loc[predictions["id"]].to_numpy()
+    return float((predictions["prediction"].to_numpy() == labels).mean())
+
+
 def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     """The pilot of one arm on one task: every (lr, warm-up) of ablations.pilot's grid (the
     same for every arm) fine-tunes on the arm's fine-tuning sample and is scored on the carved
@@ -95,7 +106,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     load.write_tables({"train": train, "dev": dev, "test": dev}, base / "tables" / task)
     recipe = resolve_hparams(ablation_params(params, variant), task)
     grid = [(lr, w) for lr in cfg.lr_grid for w in cfg.warmup_grid]
-    keys, scores, losses = {}, {}, {}
+    keys, scores, losses, accuracy = {}, {}, {}, {}
     kind = names.TRANSFORMER if variant == FULL_ARM else abl.presets[variant].body
     for lr, w in dict.fromkeys([*grid, (recipe.lr, params.finetune.warmup_frac)]):
         run = ablation_params(params, variant, lr, w)
@@ -107,7 +118,9 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                                   {"gpt1.lr_candidate": f"{lr:g}",
                                    "gpt1.warmup_candidate": f"{w:g}"}):
             m = finetune_variant(run, task, variant, kind, seed, out=name, stem=name)
-        pred = pd.read_parquet(m["predictions"]["test"][0])["prediction"].to_numpy()
+        frame = pd.read_parquet(m["predictions"]["test"][0])
+        pred = frame["prediction"].to_numpy()
+        accuracy[(lr, w)] = pilot_accuracy(spec, frame, dev)
         flat = {k: v["mean"] for k, v in m["scores"].items()}
         scores[(lr, w)], losses[(lr, w)] = flat[spec.metric], m["log_loss"][0]
         keys[(lr, w)] = pilot_key(spec, flat, pred, m["log_loss"][0], lr)
@@ -118,7 +131,8 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                "dev_scores": {config_key(*c): scores[c] for c in grid},
                "dev_log_loss": {config_key(*c): losses[c] for c in grid},
                "chosen_lr": chosen[0], "chosen_warmup": chosen[1],
-               "chosen_score": scores[chosen], "dev_majority": majority_share(spec, train, dev),
+               "chosen_score": scores[chosen], "chosen_accuracy": accuracy[chosen],
+               "dev_majority": majority_share(spec, train, dev),
                PAPER_RECIPE.replace(" ", "_"): {
                    "lr": paper[0], "warmup_frac": paper[1], "score": scores[paper],
                    "log_loss": losses[paper], "in_grid": paper in grid,
@@ -133,8 +147,11 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                    f"chosen_dev_{spec.metric}": scores[chosen]}
         if metrics["dev_majority"] is not None:
             summary["dev_majority"] = metrics["dev_majority"]
+        if metrics["chosen_accuracy"] is not None:
+            summary["chosen_dev_accuracy"] = metrics["chosen_accuracy"]
         record(params, stem, metrics, ("dev_scores", "chosen_lr", "chosen_warmup",
-                                       "chosen_score", "dev_majority"), summary=summary)
+                                       "chosen_score", "chosen_accuracy", "dev_majority"),
+               summary=summary)
     return metrics
 
 

@@ -307,13 +307,13 @@ def _pilot(variant: str, best: float, majority: float | None) -> dict[str, Any]:
     return out if majority is None else {**out, "dev_majority": majority}
 
 
-@pytest.mark.parametrize(("best", "majority", "testable"), [
-    (0.62, 0.606, False),  # the study v2 scratch pilot: 62.0 < 60.6 + 3
-    (0.65, 0.606, True),
-    (0.99, None, False),   # no majority of the pilot split: the gate is undecided
+@pytest.mark.parametrize(("best", "majority", "verdict"), [
+    (0.62, 0.606, "untestable at this budget"),  # the study v2 scratch pilot: 62.0 < 60.6 + 3
+    (0.65, 0.606, "held"),
+    (0.99, None, "gate not evaluable: the pilot records predate the gate"),  # no majority
 ])
 def test_the_gate_decides_from_the_pilot_records_alone(make_params, tmp_path: Path, best,
-                                                       majority, testable) -> None:
+                                                       majority, verdict) -> None:
     """A baseline whose best pilot configuration does not score its pilot split's majority +
     the margin (SST-2: 3 points) makes (a) "untestable at this budget", with no estimate, even
     though the scored runs show a large difference; the gate and every arm's pilot row are
@@ -326,14 +326,15 @@ def test_the_gate_decides_from_the_pilot_records_alone(make_params, tmp_path: Pa
                "lr_pilot_no_aux_sst2": {"variant": "no_aux", "task": "sst2",
                                         "not_piloted": "the recipe's lr"}}
     f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
-    assert f.verdict == ("held" if testable else "untestable at this budget"), f.line
+    testable = verdict == "held"
+    assert f.verdict == verdict, f.line
     assert ("points over" in f.line) == testable and (f.statistic == "n/a") != testable
     assert "to find the paper's own gap (SST2 +7.3 points): " in f.line  # a design property
     assert "Transformer w/o pre-training on SST2:" in f.gate
     assert ("needs majority 60.6 + 3.0 = 63.6" in f.gate) == (majority is not None)
     lines = pilots.pilot_section(params, metrics)
     assert any(line.startswith("| Transformer w/o pre-training | sst2 | 6.25e-05, 0.0005 | "
-                               "6.25e-05: 50.0, 0.0005: ") for line in lines)
+                               "n/a | 6.25e-05: 50.0, 0.0005: ") for line in lines)
     assert any("| Transformer w/o aux LM | sst2 | not piloted" in line for line in lines)
     no_aux = pilots.gate(params, metrics, "no_aux", "sst2")
     assert no_aux.status == "not gated"
@@ -513,7 +514,8 @@ def test_the_report_prints_the_lr_each_pilot_chose(make_params, tmp_path: Path) 
     metrics["finetune_scratch_sst2"].update(lr=2.5e-4, warmup_steps=1)
     lines = pilots.pilot_section(params, metrics)
     assert "| Transformer w/o pre-training | sst2 | 6.25e-05, 0.00025, 0.001 |" in lines[2]
-    assert "| 0.00025 | n/a | undecided | carved from SST-2 train |" in lines[2]
+    assert ("| lr 0.00025 | 60.0 | not recorded | n/a | not evaluable | carved from SST-2 "
+            "train |") in lines[2]
     assert "Transformer w/o pre-training: lr 0.00025, warm-up 1-1 steps" in lines[-1]
     text = document.build_report(params, metrics, "h", "f.png", {})
     assert "### Pilots (on a split carved from the training pool) and the gate" in text

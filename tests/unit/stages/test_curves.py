@@ -46,6 +46,7 @@ def curve_run(tmp_path_factory: pytest.TempPathFactory):
                       "floor": {"c_grid": [1.0], "cv_folds": 2}},  # the floor's CV: seconds
         "curves": {"tasks": ["sst2"], "ns": [8, 20], "arms": ["full", "scratch"],
                    "compute_n": 12, "checkpoints": [0, 1, 2]},
+        "pretrain": {"warmup_steps": 3},  # the slope is fitted from step 3 on (STEPS)
         "bpe": {"n_merges": 20}}), "tiny")
     data_stages.prepare_task(params, "sst2")
     train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
@@ -101,16 +102,17 @@ def test_the_figure_data_come_from_the_records(curve_run) -> None:
             assert p.low <= p.mean <= p.high
     compute = report_curves.compute_curve(params, metrics, "sst2")
     assert [p.x for p in compute] == list(STEPS)
-    b, k = report_curves.compute_slope(params, metrics, "sst2")
-    assert k == 3 and b is not None
-    xs = [report_curves.slope_x(s) for s in STEPS]
-    ys = [p.mean for p in compute]
-    mx, my = sum(xs) / 3, sum(ys) / 3
+    b, steps = report_curves.compute_slope(params, metrics, "sst2")
+    assert steps == list(STEPS[1:]) and b is not None  # after warm-up: not step 0
+    xs = [report_curves.slope_x(s) for s in steps]
+    ys = [p.mean for p in compute if p.x in steps]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum(
         (x - mx) ** 2 for x in xs)
     assert b.ci.estimate == pytest.approx(slope)  # the test's estimate is the points' slope
     text = "\n".join(report_curves.curves_section(params, metrics))
-    assert "| bow |" in text and "Slope test:" in text and "n = 20" in text
+    assert "| bow |" in text and "Slope test over" in text and "n = 20" in text
+    assert "Step 0 (the random init) vs the final checkpoint (step 12)" in text
     out = Path(params.paths.reports) / report_curves.FIGURE
     report_curves.plot_curves(params, metrics, out)
     assert out.read_bytes()[:4] == b"\x89PNG"

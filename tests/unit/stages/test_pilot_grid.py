@@ -85,6 +85,7 @@ def test_every_arm_is_piloted_over_the_same_grid_and_its_runs_use_the_choice(
         assert (out["chosen_lr"], out["chosen_warmup"]) == BEST  # 1e-3 is one class
         assert out["paper_recipe"]["lr"] == paper[0] and not out["paper_recipe"]["in_grid"]
         assert out["chosen_score"] == out["dev_scores"]["lr 0.0005, warm-up 0.1"]
+        assert out["chosen_accuracy"] == pytest.approx(1 - 3 / 30)  # its 3 wrong of 30, by id
         assert variants.pilot_choice(params, arm, "sst2") == BEST  # read back from the record
         confirmatory = resolve_hparams(variants.ablation_params(params, arm, *BEST), "sst2")
         assert (confirmatory.lr, confirmatory.warmup_frac) == BEST

@@ -1,0 +1,94 @@
+"""The report's curves from hand-made records (no training): the compute curve's slope is
+fitted after warm-up only, step 0 vs the final checkpoint is its own contrast, a
+from-scratch arm's repeats over pre-training seeds count once without prediction files, and
+the report works with no curve task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpt1.report import curves
+from tests.helpers.report_metrics import preds_json
+
+STEPS = {0: [0.5, 0.52, 0.5], 2: [0.7, 0.7, 0.72], 10: [0.7, 0.71, 0.7],
+         100: [0.71, 0.72, 0.73], 1000: [0.74, 0.73, 0.75]}
+"""Pre-training step -> per-run accuracy: a jump from step 0, then a gentle rise."""
+
+
+@pytest.fixture
+def curve_params(make_params):
+    return make_params({"report": {"bootstrap_samples": 300},
+                        "pretrain": {"zero_shot_checkpoints": len(STEPS)},
+                        "curves": {"tasks": ["sst2"], "ns": [250], "arms": ["full", "scratch"],
+                                   "compute_n": 100, "checkpoints": list(range(len(STEPS)))}})
+
+
+def _compute_records(tmp_path: Path) -> dict[str, Any]:
+    metrics = {}
+    for k, (step, acc) in enumerate(STEPS.items()):
+        root = tmp_path / f"step{step}"
+        root.mkdir()
+        rec = preds_json(root, "full", "sst2", acc, 400)
+        rec.update(pretrain_seed=0, seeds=[0, 1, 2], pretrain_step=step, init="pretrained")
+        metrics[f"curve_step_sst2_{k}_p0"] = rec
+    return metrics
+
+
+def test_the_slope_is_fitted_after_warm_up_and_step_0_is_its_own_contrast(
+        curve_params, tmp_path: Path) -> None:
+    """Tiny preset: warm-up ends at step 4, so steps 0 and 2 are left out of the slope (at
+    x near 0 they would dominate it); step 0 vs the final checkpoint is reported apart."""
+    assert curve_params.pretrain.warmup_steps == 4
+    metrics = _compute_records(tmp_path)
+    b, steps = curves.compute_slope(curve_params, metrics, "sst2")
+    assert steps == [10, 100, 1000] and b is not None
+    xs = np.log10(steps)
+    ys = [float(np.mean(STEPS[s])) for s in steps]
+    assert b.ci.estimate == pytest.approx(float(np.polyfit(xs, ys, 1)[0]))
+    jump, last = curves.compute_jump(curve_params, metrics, "sst2")
+    assert last == 1000 and jump is not None
+    assert jump.ci.estimate == pytest.approx(np.mean(STEPS[1000]) - np.mean(STEPS[0]))
+    assert jump.ci.low > 0  # a 23-point jump on 400 examples
+    text = "\n".join(curves.curves_section(curve_params, metrics))
+    assert "at or after the end of warm-up (step 4)" in text
+    assert "3 checkpoints (steps 10, 100, 1,000)" in text
+    assert "Step 0 (the random init) vs the final checkpoint (step 1,000)" in text
+    assert f"{100 * jump.ci.estimate:.1f} points, 95 % CI" in text
+
+
+def test_without_a_step_0_checkpoint_the_contrast_is_not_run(curve_params,
+                                                             tmp_path: Path) -> None:
+    metrics = {k: m for k, m in _compute_records(tmp_path).items() if m["pretrain_step"] > 0}
+    assert curves.compute_jump(curve_params, metrics, "sst2") == (None, None)
+    text = "\n".join(curves.curves_section(curve_params, metrics))
+    assert "Step 0 vs the final checkpoint: not run" in text
+
+
+def test_a_scratch_arm_without_prediction_files_counts_once_per_fine_tuning_seed(
+        curve_params) -> None:
+    """Its records of two pre-training seeds repeat the same 3 runs: 3 runs, not 6."""
+    metrics = {}
+    for p in (0, 1):
+        metrics[f"curve_n_sst2_250_scratch_p{p}"] = {
+            "task": "sst2", "init": "scratch", "pretrain_seed": p, "seeds": [0, 1, 2],
+            "scores": {"acc": {"mean": 0.62, "per_seed": [0.6, 0.62, 0.64]}}}
+        metrics[f"curve_n_sst2_250_full_p{p}"] = {
+            "task": "sst2", "init": "pretrained", "pretrain_seed": p, "seeds": [0, 1, 2],
+            "scores": {"acc": {"mean": 0.7 + 0.02 * p, "per_seed": [0.7 + 0.02 * p] * 3}}}
+    points = curves.label_curve(curve_params, metrics, "sst2")
+    (scratch,), (full,) = points["scratch"], points["full"]
+    assert scratch.runs == 3 and scratch.mean == pytest.approx(0.62) and scratch.low is None
+    assert full.runs == 6 and full.mean == pytest.approx(0.71)
+
+
+def test_the_report_works_without_a_curve_task(make_params, tmp_path: Path) -> None:
+    params = make_params({"curves": {"tasks": []}})
+    metrics = _compute_records(tmp_path)
+    assert curves.curves_section(params, metrics) == []
+    out = tmp_path / "curves.png"
+    curves.plot_curves(params, metrics, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
