@@ -567,6 +567,9 @@ class AblationsCfg(Section):
 
     @model_validator(mode="after")
     def _known_variants(self) -> AblationsCfg:
+        if FULL_ARM in self.variants:  # the finetune stage's row: lr_pilot_full pilots it
+            raise ValueError(f"ablations.variants: {FULL_ARM!r} is the finetune stage's row, "
+                             "not an ablation (list it in ablations.pilot.variants to pilot it)")
         unknown = [v for v in (*self.variants, *self.pilot.variants)
                    if v not in self.presets and v != FULL_ARM]
         if unknown:

@@ -396,6 +396,11 @@ def import_hf(source: str | Path, out_dir: str | Path, params: Params | None) ->
 # ------------------------------------------------------------------ the pipeline's import
 
 
+SCAN_FILE = "import_hf.json"
+"""scan's file in paths.mirror_scan (the scan_mirror stage writes it): a dependency of
+train_bpe and pretrain."""
+
+
 def scan(source: str | None) -> dict[str, Any]:
     """What DVC tracks of params `pretrain.import_hf` (the scan_mirror stage writes it): the
     sha256 of each file an import reads, or no source."""

@@ -318,6 +318,8 @@ def run_text(results: Mapping[str, dict[str, Any]], task: str, runs: RunPreds | 
     """`k of n runs degenerate (p1234 f0, ...)` of one arm on one task, or why unchecked."""
     if runs is None:
         return "runs unchecked (no predictions)"
+    if TASKS[task].regression:  # no classes to count, as arm_flags
+        return "runs not checked for one class (a regression task)"
     mine = distinct_runs(results[task], runs)
     deg = degenerate_runs(mine, params)
     return (f"{len(deg)} of {len(mine)} runs >= {100 * params.report.degenerate_frac:.0f} % "

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpt1 import atomic, bpe, tracking
+from gpt1 import atomic, bpe, hf_import, tracking
 from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
@@ -30,11 +30,9 @@ def scan_mirror(params: Params) -> dict[str, int]:
     files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
                                  params.paths.mirror_scan, files)
-    from gpt1.stages import (
-        import_hf,  # here, not at the top: it loads torch, which no data stage needs
-    )
-
-    import_hf.scan(params)  # and the checkpoint pretrain.import_hf names
+    # and the checkpoint pretrain.import_hf names (no source when it is null); no torch
+    atomic.write_json(Path(params.paths.mirror_scan) / hf_import.SCAN_FILE,
+                      hf_import.scan(params.pretrain.import_hf))
     log.info("mirror %s: %s", params.paths.mirror_dir or "none (hub)", counts)
     return counts
 

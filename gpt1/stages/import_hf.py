@@ -2,7 +2,8 @@
 released GPT-1 weights, a transformers OpenAIGPTLMHeadModel directory, stand in for this
 project's pre-training, so dvc.yaml keeps one graph (docs/import-hf.md says why).
 
-- scan_mirror also fingerprints the checkpoint directory (what DVC tracks of it);
+- scan_mirror also fingerprints the checkpoint directory (what DVC tracks of it:
+  gpt1.hf_import.scan, written by gpt1/stages/data.py without loading torch);
 - train_bpe converts its vocab.json + merges.txt instead of learning merges;
 - pretrain converts its weights instead of training, and scores them on our held-out books
   as a pre-training run is scored (validation loss and perplexity);
@@ -42,16 +43,6 @@ from gpt1.runtime import resolve_precision
 from gpt1.stages.recording import record, record_in_own_run
 
 log = logging.getLogger(__name__)
-
-SCAN_FILE = "import_hf.json"
-"""The checkpoint's fingerprint in paths.mirror_scan: a dependency of train_bpe and pretrain."""
-
-
-def scan(params: Params) -> None:
-    """Write <paths.mirror_scan>/import_hf.json (no source when pretrain.import_hf is null)."""
-    atomic.write_json(Path(params.paths.mirror_scan) / SCAN_FILE,
-                      hf_import.scan(params.pretrain.import_hf))
-
 
 def train_bpe(params: Params) -> dict[str, Any]:
     """The checkpoint's tokenizer at paths.tokenizer (the train_bpe stage's record)."""

@@ -102,6 +102,20 @@ def test_bad_lr_pilot_named(pilot: dict[str, object], needle: str) -> None:
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+def test_full_is_refused_as_an_ablation_row() -> None:
+    """`full` is the finetune stage's row: as an ablations.variants row it would render
+    lr_pilot@full-<task> beside lr_pilot_full@<task> (same outputs) and ablation@full-... with
+    no preset to read."""
+    raw = _raw()
+    raw["ablations"]["variants"] = ["full", *raw["ablations"]["variants"]]
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw, "p.yaml")
+    assert "ablations.variants: 'full'" in str(info.value) and "\n" not in str(info.value)
+    raw["ablations"]["variants"].remove("full")
+    raw["ablations"]["pilot"]["variants"] = ["full"]  # piloting the recipe stays allowed
+    assert parse_params(raw, "p.yaml").ablations.pilot.variants == ("full",)
+
+
 def test_float_exponent_without_dot(tmp_path: Path) -> None:
     text, n = re.subn(r"lr_max: \S+", "lr_max: 1e-3", (REPO / "params.yaml").read_text())
     assert n >= 1

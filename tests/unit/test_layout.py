@@ -34,71 +34,17 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from tests.helpers.imports import ROOTS, Import, all_imports, module_files, package_of
 from tests.helpers.repo import REPO
 
 GUARD_LINES = 700
-ROOTS = ("gpt1", "pipelines")
 EXEMPT = {"gpt1/config.py", "gpt1/backends/kernels.c"}
 # (importing module, imported module): the schema validates task names against the task table
 # (gpt1/tasks/registry.py imports nothing from gpt1), while the task readers take typed params.
 ALLOWED_UPWARD = {("gpt1.config", "gpt1.tasks.registry")}
-
-
-@dataclass(frozen=True)
-class Import:
-    """One import statement's edge: importer -> imported module, and the line it sits on."""
-
-    importer: str
-    imported: str
-    lineno: int
-
-
-def module_files(repo: Path = REPO) -> dict[str, Path]:
-    """Dotted module name -> file, for every Python module under ROOTS (packages by __init__)."""
-    found: dict[str, Path] = {}
-    for root in ROOTS:
-        for path in sorted((repo / root).rglob("*.py")):
-            parts = list(path.relative_to(repo).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            found[".".join(parts)] = path
-    return found
-
-
-def package_of(module: str, path: Path) -> str:
-    """The package a module belongs to (a package's __init__ belongs to itself)."""
-    return module if path.name == "__init__.py" else module.rpartition(".")[0]
-
-
-def imports_of(module: str, source: str, package: str, known: Iterable[str]) -> list[Import]:
-    """Every import in `source` that resolves to a module in `known` (third-party ones drop)."""
-    known = set(known)
-
-    def resolve(name: str) -> str | None:
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    edges: list[Import] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            origin = ".".join(p for p in (base, node.module or "") if p)
-            targets = [f"{origin}.{a.name}" if f"{origin}.{a.name}" in known else origin
-                       for a in node.names]
-        else:
-            continue
-        for target in targets:
-            resolved = resolve(target)
-            if resolved and resolved != module:
-                edges.append(Import(module, resolved, node.lineno))
-    return edges
 
 
 def unit_of(module: str, files: Mapping[str, Path]) -> str:
@@ -137,12 +83,6 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return sorted(found)
-
-
-def all_imports(files: Mapping[str, Path]) -> list[Import]:
-    return [edge for module, path in files.items()
-            for edge in imports_of(module, path.read_text(encoding="utf-8"),
-                                   package_of(module, path), files)]
 
 
 def unit_graph(edges: Iterable[Import], files: Mapping[str, Path],

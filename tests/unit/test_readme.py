@@ -80,8 +80,9 @@ def test_ci_runs_the_readme_set_up_and_test_commands() -> None:
 
 
 def test_the_code_map_names_every_module() -> None:
-    """"Where the code is" names each module and subpackage of gpt1/ and each module of
-    pipelines/, so a new file cannot land without its line."""
+    """"Where the code is" names each module and subpackage of gpt1/, each module of
+    gpt1/stages/ (the stage families) and each module of pipelines/, so a new file cannot land
+    without its line."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
     block = section.split("```", 2)[1]
@@ -91,3 +92,6 @@ def test_the_code_map_names_every_module() -> None:
     wanted |= {f"{p.name}/" for p in gpt1.iterdir() if (p / "__init__.py").is_file()}
     wanted |= {p.name for p in (REPO / "pipelines").glob("*.py") if p.name != "__init__.py"}
     assert not wanted - words, f"README.md's code map lacks {sorted(wanted - words)}"
+    stages = sorted(p.name for p in (gpt1 / "stages").glob("*.py")
+                    if p.name != "__init__.py" and not {p.name, p.stem} & words)
+    assert not stages, f"README.md's code map lacks gpt1/stages/ modules {stages}"

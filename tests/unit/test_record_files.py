@@ -38,3 +38,19 @@ def test_a_record_that_is_not_an_object_is_named_not_skipped(tiny_params) -> Non
     bad.write_text("[1, 2]")  # not a curve's name: a damaged record
     with pytest.raises(Gpt1Error, match=r"shard_corpus\.json: not a JSON object"):
         records.read_metrics(metrics)
+
+
+@pytest.mark.parametrize("stem", ["finetune_sst2_p1", "layers_mnli_2_p1",
+                                  "curve_n_sst2_100_full_p1", "curve_floor_sst2_100",
+                                  "curve_step_sst2_0_p1"])
+def test_a_damaged_score_of_any_scored_record_is_one_error_naming_its_file(tmp_path, stem
+                                                                           ) -> None:
+    """The report reads `mean` and `per_seed` of every fine-tuning record, the curves' points
+    included: a damaged score is the usual one-line error naming the file, not a KeyError."""
+    (tmp_path / f"{stem}.json").write_text(json.dumps({"scores": {"acc": {"sd": 0.1}}}))
+    with pytest.raises(Gpt1Error, match=f"{stem}.json") as info:
+        records.read_metrics(tmp_path)
+    assert "'scores'" in str(info.value) and "\n" not in str(info.value)
+    (tmp_path / f"{stem}.json").write_text(json.dumps(
+        {"scores": {"acc": {"mean": 0.5, "sd": 0.1, "per_seed": [0.4, 0.6]}}}))
+    assert records.read_metrics(tmp_path)[stem]["scores"]["acc"]["mean"] == 0.5

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from tests.helpers.corpus import write_corpus
+import yaml
 
 from gpt1.data.sources import scan_mirror
 from gpt1.errors import Gpt1Error
+from tests.helpers.corpus import write_corpus
+from tests.helpers.params import make_params_dict
+from tests.helpers.repo import REPO
 
 TASKS = {"rte": "RTE", "sst2": "SST-2"}
 
@@ -51,3 +56,24 @@ def test_missing_mirror_is_one_line_naming_the_key(tmp_path: Path) -> None:
     assert "nowhere: paths.mirror_dir is not a directory" in str(err.value)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "scan").exists(), "nothing half-written"
+
+
+def test_the_scan_mirror_stage_loads_no_torch(tmp_path: Path) -> None:
+    """The data stages import no torch (a CI-time cut): scan_mirror, which also fingerprints
+    the checkpoint pretrain.import_hf names, runs in a process that never loads it."""
+    ckpt = tmp_path / "openai-gpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "vocab.json").write_text("{}")
+    raw = make_params_dict(tmp_path, {"data": {"source": "hub"},
+                                      "pretrain": {"import_hf": str(ckpt)}})
+    raw["paths"]["mirror_dir"] = None
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    code = ("import sys\nfrom gpt1.config import load_params\nfrom gpt1.stages.data import "
+            f"scan_mirror\nscan_mirror(load_params({str(tmp_path / 'params.yaml')!r}))\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
+    assert out.split()[-1] == "False"
+    scan = json.loads((Path(raw["paths"]["mirror_scan"]) / "import_hf.json").read_text())
+    assert scan["source"] == str(ckpt) and set(scan["files"]) == {"config.json", "vocab.json"}

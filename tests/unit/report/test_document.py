@@ -357,6 +357,18 @@ def test_a_scratch_arm_counts_once_per_fine_tuning_seed(make_params, tmp_path: P
     assert cell.seeds == 3 and cell.mean == pytest.approx(0.5)
 
 
+def test_a_regression_task_counts_no_one_class_runs(make_params, tmp_path: Path) -> None:
+    """The one-class count is a classification check: arm_flags skips a regression task
+    (STS-B), and so does the text listing the runs."""
+    params = make_params({})
+    rec = preds_json(tmp_path, "full", "sst2", [0.5, 0.5, 0.5], 400)
+    res = {"stsb": rec}
+    runs = contrasts.row_predictions({"sst2": rec})["sst2"]
+    assert contrasts.run_text(res, "stsb", runs, params) == (
+        "runs not checked for one class (a regression task)")
+    assert contrasts.run_text({"sst2": rec}, "sst2", runs, params).startswith("0 of 3 runs")
+
+
 def _zeroshot_json(root: Path, model: str, correct: dict[int, float], n: int,
                    shift: dict[int, int] | None = None) -> dict[str, Any]:
     """A zeroshot metrics JSON with per-example SST-2 predictions: right on correct[step] * n

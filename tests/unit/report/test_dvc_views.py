@@ -34,11 +34,11 @@ def test_headline_holds_the_current_configs_primary_scores(tiny_params) -> None:
 
 def test_headline_pools_the_records_of_every_pretraining_seed(tiny_params) -> None:
     metrics = {}
-    for pseed, per_seed in ((1, [0.5, 0.7]), (2, [0.9, 0.9])):
+    for pretrain_seed, per_seed in ((1, [0.5, 0.7]), (2, [0.9, 0.9])):
         rec = _record(tiny_params, "sst2", tiny_params.digest())
-        rec.update(variant="full", pretrain_seed=pseed, seeds=[0, 1])
+        rec.update(variant="full", pretrain_seed=pretrain_seed, seeds=[0, 1])
         rec["scores"]["acc"] = {"mean": sum(per_seed) / 2, "sd": 0.1, "per_seed": per_seed}
-        metrics[f"finetune_sst2_p{pseed}"] = rec
+        metrics[f"finetune_sst2_p{pretrain_seed}"] = rec
     params = tiny_params.model_copy(update={"finetune": tiny_params.finetune.model_copy(
         update={"tasks": ["sst2"]})})
     metrics = {k: {**v, "config_hash": params.digest()} for k, v in metrics.items()}
