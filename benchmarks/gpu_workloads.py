@@ -189,7 +189,8 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
         torch.manual_seed(params.seed)
         model = networks.build_model(names.TRANSFORMER, params, vocab)
         fpt = flops_per_token(params.model, vocab, seq)
-        meta = {"kind": names.TRANSFORMER, "vocab_size": vocab, "tokenizer_hash": "0" * 64}
+        meta = {"kind": names.TRANSFORMER, "vocab_size": vocab, "tokenizer_hash": "0" * 64,
+                "pretrain_seed": params.seed}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             if device.type == "cuda":

@@ -18,7 +18,7 @@ scores stay gpt1/scoring.py's.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +128,12 @@ def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame]
             "seeds": runs, "n_train": len(first), "n_eval": len(test)}
 
 
-def run(params: Params, task: str, out: str = "") -> dict[str, Any]:
+def run(params: Params, task: str, out: str = "", held_out: Collection[str] = ()
+        ) -> dict[str, Any]:
     """The floor on one task: every fine-tuning seed's training sample (as the neural arms
-    draw it) and the task's test split (capped as theirs), written under
-    <paths.finetuned>/<out> (default bow/<task>); returns the stage's record."""
+    draw it, outside the rows whose id is in `held_out`) and the task's test split (capped as
+    theirs), written under <paths.finetuned>/<out> (default bow/<task>); returns the stage's
+    record."""
     if task not in params.ablations.tasks or task not in TASKS:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
     spec, out_dir = TASKS[task], Path(params.paths.finetuned) / (out or f"{VARIANT}/{task}")
@@ -143,10 +145,13 @@ def run(params: Params, task: str, out: str = "") -> dict[str, Any]:
     hp = resolve_hparams(params, spec.name)
     tables = load.read_tables(Path(params.paths.tasks) / spec.name)
     test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)
-    trains = {f: load.cap_table(tables["train"], hp.max_train_examples,
+    pool = load.without_ids(tables["train"], held_out)
+    trains = {f: load.cap_table(pool, hp.max_train_examples,
                                 train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
     result = fit_and_score(spec, params.ablations.floor, trains, test, out_dir)
-    n_pool, n_test = len(tables["train"]), len(tables["test"])
+    n_pool, n_test = len(pool), len(tables["test"])
+    held = len(tables["train"]) - n_pool
+    outside = f" outside the pilot's split of {held}" if held else ""
     sampled = (f" (seeded random {len(test)} of {n_test})" if len(test) < n_test
                else f" (all {n_test})")
     cfg = params.ablations.floor
@@ -161,7 +166,7 @@ def run(params: Params, task: str, out: str = "") -> dict[str, Any]:
         "scored_on": f"{spec.sources['test']}{sampled}", "origins": dict(spec.origins),
         "missing_scores": spec.missing_scores,
         "train_split": f"{spec.sources['train']} (seeded random {result['n_train']} of "
-                       f"{n_pool} per fine-tuning seed, the neural arms' samples)",
+                       f"{n_pool}{outside} per fine-tuning seed, the neural arms' samples)",
         "n_train": result["n_train"], "n_dev": 0, "n_eval": result["n_eval"],
         "init": "none", "body": VARIANT, "select": "final",
         "seeds": list(hp.seeds), "chosen_c": [r["C"] for r in result["seeds"]],

@@ -7,8 +7,9 @@ projection after the first timed steps), the `Evaluator` (validation loss every
 eval_interval_steps) and the `Checkpointer` (a checkpoint every checkpoint_interval_steps and
 at a stop, log-spaced zero-shot weights). The loss stays on the device between their sync
 points. A run killed at any moment and re-run ends bit-identical to one never stopped: the
-data order is a pure function of (seed, sequence index) and every micro-batch reseeds the
-dropout generator from (seed, step, micro-batch), so no hidden state outlives a step.
+data order is a pure function of (pre-training seed, sequence index) and every micro-batch
+reseeds the dropout generator from (pre-training seed, step, micro-batch), so no hidden state
+outlives a step.
 """
 
 from __future__ import annotations
@@ -125,15 +126,17 @@ def cost_projection(n_params: int, flops_per_token: float, tokens: int,
     return out
 
 
-def resume_key(params: Params, body: str, tokenizer_hash: str, precision: str) -> str:
+def resume_key(params: Params, body: str, pretrain_seed: int, tokenizer_hash: str,
+               precision: str) -> str:
     """Digest of everything that determines the trained weights (the body as checkpoints
-    were always keyed: gpt1.names.RESUME_WORDS)."""
+    were always keyed: gpt1.names.RESUME_WORDS; the pre-training seed where params.seed stood
+    when each run's params carried it, so a run in progress still resumes)."""
     pretrain = {k: v for k, v in params.pretrain.model_dump(mode="json").items()
                 if k not in _NOT_TRAJECTORY}
     body = names.body(body)
     arch = params.model if body == names.TRANSFORMER else params.lstm
     blob = json.dumps([names.RESUME_WORDS[body], arch.model_dump(mode="json"), pretrain,
-                       params.seed, tokenizer_hash, precision], sort_keys=True)
+                       pretrain_seed, tokenizer_hash, precision], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -295,10 +298,13 @@ def pretrain(
 ) -> dict[str, Any]:
     """Pre-train `lm` to params.pretrain's budget in run_dir, resuming from its latest checkpoint.
 
-    `meta` (kind, vocab_size, tokenizer_hash) is recorded with every checkpoint and the final
-    model. Returns the final metrics (val loss/perplexity, throughput).
+    `meta` (kind, vocab_size, tokenizer_hash, pretrain_seed) is recorded with every checkpoint
+    and the final model; meta["pretrain_seed"] seeds the run's data order and dropout masks and
+    keys its resume (params.seed is not read). Returns the final metrics (val loss/perplexity,
+    throughput).
     """
     cfg, run_dir = params.pretrain, Path(run_dir)
+    pretrain_seed = int(meta["pretrain_seed"])
     meta = {**meta, "kind": names.body(meta["kind"])}
     device = run_device(params.device)
     precision = resolve_precision(cfg.precision, device)
@@ -307,14 +313,14 @@ def pretrain(
         cfg.accumulation(world)
         if world > 1:
             check_shared_dir(run_dir, rank, world, device)
-        sampler = WindowSampler(train_tokens, cfg.seq_len, params.seed)
+        sampler = WindowSampler(train_tokens, cfg.seq_len, pretrain_seed)
         val = eval_windows(val_tokens, cfg.seq_len, micro_batch.eval_window_count(cfg))
         total_steps = total_steps_for(cfg, sampler.windows_per_epoch)
         lm.to(device).train()
         make_optimizer = sharded_optimizer if cfg.zero1 and world > 1 else build_optimizer
         optimizer = make_optimizer(lm, cfg.lr_max, (cfg.adam_beta1, cfg.adam_beta2),
                                    cfg.adam_eps, cfg.weight_decay)
-        key = resume_key(params, meta["kind"], meta["tokenizer_hash"], precision)
+        key = resume_key(params, meta["kind"], pretrain_seed, meta["tokenizer_hash"], precision)
         start, history, split = _resume(run_dir, lm, optimizer, key, rank)
         loss_module = CausalLM(lm)
         size = micro_batch.resolve(cfg, world, split, micro_batch.probe(
@@ -350,7 +356,7 @@ def pretrain(
         for step in range(start, total_steps):
             meter.start_step(step)
             micro = [
-                (micro_batch_seed(params.seed, step, m),
+                (micro_batch_seed(pretrain_seed, step, m),
                  to_device(sampler.batch(step * cfg.batch_seqs + m * size, size), device))
                 for m in range(rank * accum, (rank + 1) * accum)
             ]

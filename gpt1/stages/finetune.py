@@ -5,6 +5,7 @@ params of each variant (gpt1/stages/variants.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +48,25 @@ def finetune(params: Params, task: str, pretrain_seed: int | None = None) -> dic
 
 
 def finetune_variant(params: Params, task: str, variant: str, kind: str,
-                     seed: int | None = None, out: str = "", stem: str = "",
-                     record_params: Params | None = None, step: int | None = None
-                     ) -> dict[str, Any]:
-    """Fine-tune a `kind` body (transformer | lstm) of pre-training run `seed` on `task`; the
-    ablations, Figure 2 left and the curves reuse this with their own params and variant name.
-    Writes to <paths.finetuned>/p<seed>/<out> (default <task> or <variant>/<task>) and the
-    record <stem>_p<seed> (default finetune[_<variant>]_<task>); record_params = the params
-    whose digest the record carries (default params); `step` = the kept zero-shot checkpoint
-    of that step to start from (default: the final weights). Only the finetune stage (the
-    `full` variant at its default `out`) keeps the task model `gpt1 predict` uses.
+                     pretrain_seed: int | None = None, out: str = "", stem: str = "",
+                     record_params: Params | None = None, step: int | None = None,
+                     held_out: Collection[str] = ()) -> dict[str, Any]:
+    """Fine-tune a `kind` body (transformer | lstm) of pre-training run `pretrain_seed` on
+    `task`; the ablations, Figure 2 left and the curves reuse this with their own params and
+    variant name. Writes to <paths.finetuned>/p<pretrain_seed>/<out> (default <task> or
+    <variant>/<task>) and the record <stem>_p<pretrain_seed> (default
+    finetune[_<variant>]_<task>); record_params = the params whose digest the record carries
+    (default params); `step` = the kept zero-shot checkpoint of that step to start from
+    (default: the final weights). Only the finetune stage (the `full` variant at its default
+    `out`) keeps the task model `gpt1 predict` uses.
 
     Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
-    its own order; every seed and every pre-training run is scored on the same test examples.
+    its own order, never on a row whose id is in `held_out` (the curves: the pilot's split);
+    every seed and every pre-training run is scored on the same test examples.
     """
-    spec, seed = task_spec(params, task), resolve_pretrain_seed(params.pretrain.seeds, seed)
-    run_dir = checkpoint.pretrain_dir(params, kind, seed)
+    spec = task_spec(params, task)
+    pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
+    run_dir = checkpoint.pretrain_dir(params, kind, pretrain_seed)
     if params.finetune.init == "pretrained":
         checkpoint.check_model_shape(run_dir, params)
     tok = bpe.load_bpe(params.paths.tokenizer)
@@ -70,7 +74,8 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     tables = load.read_tables(Path(params.paths.tasks) / task)
     splits = ("dev", "test") if hp.select == "dev" else ("test",)
     capped = {s: load.cap_table(tables[s], hp.max_eval_examples, hp.data_seed) for s in splits}
-    trains = {f: load.cap_table(tables["train"], hp.max_train_examples,
+    pool = load.without_ids(tables["train"], held_out)
+    trains = {f: load.cap_table(pool, hp.max_train_examples,
                                 train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
     ft = params.finetune
     pretrained = (checkpoint.load_model(run_dir, tok.hash, step=step)[0]
@@ -89,18 +94,20 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     data["train"] = train_sets[hp.seeds[0]]
     keep_model = variant == "full" and not out
     out = out or (task if variant == "full" else f"{variant}/{task}")
-    out_dir = Path(params.paths.finetuned) / names.run_tag(seed) / out
+    out_dir = Path(params.paths.finetuned) / names.run_tag(pretrain_seed) / out
     default = f"finetune_{task}" if variant == "full" else f"finetune_{variant}_{task}"
-    stem = names.record_stem(stem or default, seed)
+    stem = names.record_stem(stem or default, pretrain_seed)
     n_train = len(trains[hp.seeds[0]])
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
                   if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
               for s in splits}
-    sample["train"] = (f" (seeded random {n_train} of {len(tables['train'])} per fine-tuning "
-                       "seed)" if n_train < len(tables["train"]) else f" (all {n_train})")
+    held = len(tables["train"]) - len(pool)
+    outside = f" outside the pilot's split of {held}" if held else ""
+    sample["train"] = (f" (seeded random {n_train} of {len(pool)}{outside} per fine-tuning seed)"
+                       if n_train < len(pool) else f" (all {n_train}{outside})")
     model_dir = out_dir / predict.MODEL_DIR  # the `full` row only: what `gpt1 predict` uses
     save = (None if not keep_model else lambda m, d: predict.save_task_model(
-        d / predict.MODEL_DIR, m, params, task, kind, tok, seed))
+        d / predict.MODEL_DIR, m, params, task, kind, tok, pretrain_seed))
     with tracking.start_run(stem, params) as on_metrics:
         used = {**capped, "train": trains[hp.seeds[0]]}  # the first seed's training sample
         tracking.log_datasets(task, {s: (t, Path(params.paths.tasks) / task / f"{s}.parquet")
@@ -111,11 +118,11 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
             logged_models.log_model(params, model_dir, kind, spec, used["train"])
         atomic.write_json(out_dir / "result.json", result)
         metrics = finetune_record(params, spec, hp, kind, variant, result, sample,
-                                  out_dir, seed)
+                                  out_dir, pretrain_seed)
         if step is not None:
             metrics["pretrain_step"] = step
         record(record_params or params, stem, metrics, ("scores",), summary=metrics)
-    log.info("%s %s p%d: %s = %.4f", variant, task, seed, spec.metric,
+    log.info("%s %s p%d: %s = %.4f", variant, task, pretrain_seed, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
 

@@ -53,7 +53,8 @@ def train_bpe(params: Params) -> dict[str, Any]:
     return metrics
 
 
-def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path) -> dict[str, Any]:
+def pretrain(params: Params, stage: str, kind: str, pretrain_seed: int, run_dir: Path
+             ) -> dict[str, Any]:
     """The pretrain stage's import into `run_dir` (its record: validation loss on our held-out
     books); the LSTM's pre-training does not run (`not_run`)."""
     if names.body(kind) != names.TRANSFORMER:
@@ -72,7 +73,7 @@ def pretrain(params: Params, stage: str, kind: str, seed: int, run_dir: Path) ->
             pretraining.CausalLM(model.to(device)), windows, micro,
             resolve_precision(cfg.precision, device), 0, 1)
         metrics = {**val, "backend": meta["backend"], "imported_from": meta["imported_from"],
-                   "body": names.body(kind), "pretrain_seed": seed}
+                   "body": names.body(kind), "pretrain_seed": pretrain_seed}
         records.write_curve(params, stage, [{"step": 0, **val}])
         record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val)
     log.info("%s: imported %s, validation perplexity %.2f on our held-out books", stage,

@@ -91,7 +91,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
     if variant not in (*abl.variants, FULL_ARM) or task not in abl.tasks:
         raise Gpt1Error(f"{variant!r} / {task!r}: not in ablations.variants "
                         f"{list(abl.variants)} (or full) x ablations.tasks {list(abl.tasks)}")
-    spec, seed = task_spec(params, task), params.pretrain.seeds[0]
+    spec, pretrain_seed = task_spec(params, task), params.pretrain.seeds[0]
     base = Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}"
     stem = f"lr_pilot_{variant}_{task}"
     if variant not in cfg.variants:  # a row the pilot does not tune runs at the recipe's lr
@@ -117,7 +117,8 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
         with tracking.child_scope(f"lr={lr:g},warmup={w:g}", run,
                                   {"gpt1.lr_candidate": f"{lr:g}",
                                    "gpt1.warmup_candidate": f"{w:g}"}):
-            m = finetune_variant(run, task, variant, kind, seed, out=name, stem=name)
+            m = finetune_variant(run, task, variant, kind, pretrain_seed, out=name,
+                                 stem=name)
         frame = pd.read_parquet(m["predictions"]["test"][0])
         pred = frame["prediction"].to_numpy()
         accuracy[(lr, w)] = pilot_accuracy(spec, frame, dev)
@@ -141,7 +142,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                "chosen_by": ("pilot-split " + ("accuracy" if spec.metric == "f1"
                                                else spec.metric)
                              + "; >= 95 % one class last, lower log-loss next, larger lr on "
-                             "ties"), "pretrain_seed": seed, "seed": cfg.seed}
+                             "ties"), "pretrain_seed": pretrain_seed, "seed": cfg.seed}
     with tracking.start_run(stem, params):  # the stage's own run
         summary = {"chosen_lr": chosen[0], "chosen_warmup": chosen[1],
                    f"chosen_dev_{spec.metric}": scores[chosen]}

@@ -32,22 +32,23 @@ def pretrain_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str,
     return _pretrain(params, "pretrain_lstm", "lstm", pretrain_seed)
 
 
-def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
-    seed = resolve_pretrain_seed(params.pretrain.seeds, seed)
-    run_dir = str(checkpoint.pretrain_dir(params, kind, seed))
-    stage = names.record_stem(name, seed)
+def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None
+              ) -> dict[str, Any]:
+    pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
+    run_dir = str(checkpoint.pretrain_dir(params, kind, pretrain_seed))
+    stage = names.record_stem(name, pretrain_seed)
     if params.pretrain.import_hf is not None:  # import instead (gpt1/stages/import_hf.py)
-        return import_hf.pretrain(params, stage, kind, seed, Path(run_dir))
-    record_params, params = params, lm_params(params, kind, seed)
+        return import_hf.pretrain(params, stage, kind, pretrain_seed, Path(run_dir))
+    record_params, params = params, lm_params(params, kind)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
-    torch.manual_seed(params.seed)  # the initial weights are part of the run's trajectory
+    torch.manual_seed(pretrain_seed)  # the initial weights are part of the run's trajectory
     model = networks.build_model(kind, params, tok.vocab_size)
     flops = (flops_per_token(params.model, tok.vocab_size, params.pretrain.seq_len)
              if kind == names.TRANSFORMER else lstm_flops_per_token(params.lstm, tok.vocab_size))
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
-            "backend": backend_of(model), "pretrain_seed": seed}
+            "backend": backend_of(model), "pretrain_seed": pretrain_seed}
     is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
     run = (tracking.start_run(stage, record_params) if is_rank0  # the user's params, logged
            else contextlib.nullcontext(None))
@@ -55,7 +56,7 @@ def _pretrain(params: Params, name: str, kind: str, seed: int | None) -> dict[st
         metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
                                        flops, on_metrics or (lambda step, m: None))
         history = metrics.pop("history")
-        metrics.update(backend=meta["backend"], pretrain_seed=seed, body=kind)
+        metrics.update(backend=meta["backend"], pretrain_seed=pretrain_seed, body=kind)
         if is_rank0:
             records.write_curve(params, stage, history)
             logged_models.log_model(params, run_dir, kind, None)

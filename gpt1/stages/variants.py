@@ -18,13 +18,13 @@ def override(params: Params, **sections: dict[str, Any]) -> Params:
     return parse_params(raw, "<override>")
 
 
-def lm_params(params: Params, kind: str, seed: int) -> Params:
-    """The params one pre-training run trains with: `seed` as the seed, and for the LSTM
-    (`kind` lstm) its own peak lr, lstm.lr_max, where set (null: pretrain.lr_max)."""
-    raw = {**params.as_dict(), "seed": seed}
-    if kind == "lstm" and params.lstm.lr_max is not None:
-        raw["pretrain"] = {**raw["pretrain"], "lr_max": params.lstm.lr_max}
-    return parse_params(raw, "<seed>")
+def lm_params(params: Params, kind: str) -> Params:
+    """The params a `kind` (transformer | lstm) pre-training run trains with: for the LSTM its
+    own peak lr, lstm.lr_max, where set (null: pretrain.lr_max); params otherwise. The run's
+    seed is its pre-training seed, handed to the loop apart (gpt1.pretraining.pretrain)."""
+    if kind != "lstm" or params.lstm.lr_max is None:
+        return params
+    return override(params, pretrain={"lr_max": params.lstm.lr_max})
 
 
 def ablation_params(params: Params, variant: str, lr: float | None = None,

@@ -25,18 +25,21 @@ log = logging.getLogger(__name__)
 
 
 
-def predictions_path(params: Params, kind: str, seed: int) -> Path:
-    """Where the stage of pre-training run `seed` of `kind` writes its per-example predictions."""
-    run = Path(params.paths.finetuned) / names.run_tag(seed)
+def predictions_path(params: Params, kind: str, pretrain_seed: int) -> Path:
+    """Where the stage of pre-training run `pretrain_seed` of `kind` writes its per-example
+    predictions."""
+    run = Path(params.paths.finetuned) / names.run_tag(pretrain_seed)
     return run / "zeroshot" / f"{names.body(kind)}.parquet"
 
 
-def score_checkpoints(params: Params, name: str, kind: str, seed: int) -> dict[str, Any]:
-    """Score every kept checkpoint of pre-training run `seed` of `kind` (transformer | lstm);
-    writes <paths.finetuned>/p<seed>/zeroshot/<model>.parquet and the record <name>_p<seed>.
-    Every checkpoint and run is scored on the same examples (seeded by params.seed)."""
-    run_dir = checkpoint.pretrain_dir(params, kind, seed)
-    stage, model_name = names.record_stem(name, seed), names.body(kind)
+def score_checkpoints(params: Params, name: str, kind: str, pretrain_seed: int
+                      ) -> dict[str, Any]:
+    """Score every kept checkpoint of pre-training run `pretrain_seed` of `kind` (transformer |
+    lstm); writes <paths.finetuned>/p<pretrain_seed>/zeroshot/<model>.parquet and the record
+    <name>_p<pretrain_seed>. Every checkpoint and run is scored on the same examples (seeded
+    by params.seed)."""
+    run_dir = checkpoint.pretrain_dir(params, kind, pretrain_seed)
+    stage, model_name = names.record_stem(name, pretrain_seed), names.body(kind)
     checkpoint.check_model_shape(run_dir, params)
     cfg = params.zeroshot
     tok = bpe.load_bpe(params.paths.tokenizer)
@@ -62,13 +65,14 @@ def score_checkpoints(params: Params, name: str, kind: str, seed: int) -> dict[s
             rows.append({"step": step, "scores": raw, "normalised": norm})
             on_metrics(step, {f"zeroshot/{t}": v for t, v in norm.items()})
             log.info("%s step %d: %s", stage, step, {t: round(v, 3) for t, v in norm.items()})
-        pred_path = predictions_path(params, kind, seed)
+        pred_path = predictions_path(params, kind, pretrain_seed)
         scored = [t for t in cfg.tasks if t != "dprd"]
         table = pd.concat(frames) if frames else pd.DataFrame(
             columns=["step", "task", "example", "label", "prediction"])
         atomic.write_bytes(pred_path, table.to_parquet(index=False) or b"")
         metrics = {
-            "body": model_name, "pretrain_seed": seed, "steps": steps, "checkpoints": rows,
+            "body": model_name, "pretrain_seed": pretrain_seed, "steps": steps,
+            "checkpoints": rows,
             "n_examples": counts, "predictions": str(pred_path),
             "eval_split": (f"canonical test splits of {', '.join(scored)} (seeded sample, at "
                            f"most {cfg.max_examples}); CoLA threshold fitted on "
@@ -91,10 +95,11 @@ def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str,
     return _zeroshot(params, "zeroshot_lstm", "lstm", pretrain_seed)
 
 
-def _zeroshot(params: Params, name: str, kind: str, seed: int | None) -> dict[str, Any]:
-    seed = resolve_pretrain_seed(params.pretrain.seeds, seed)
+def _zeroshot(params: Params, name: str, kind: str, pretrain_seed: int | None
+              ) -> dict[str, Any]:
+    pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
-        return import_hf.not_run(params, names.record_stem(name, seed),
-                                 zeroshot_file=predictions_path(params, kind, seed))
-    return score_checkpoints(params, name, kind, seed)
+        return import_hf.not_run(params, names.record_stem(name, pretrain_seed),
+                                 zeroshot_file=predictions_path(params, kind, pretrain_seed))
+    return score_checkpoints(params, name, kind, pretrain_seed)
 

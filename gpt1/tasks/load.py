@@ -9,7 +9,7 @@ splits are carved out with a seeded rule; the hub path maps hub columns the same
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,14 @@ def cap_table(df: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
         return df
     rows = np.sort(np.random.default_rng(seed).choice(len(df), size=limit, replace=False))
     return df.iloc[rows].reset_index(drop=True)
+
+
+def without_ids(df: pd.DataFrame, ids: Collection[str]) -> pd.DataFrame:
+    """`df` less the rows whose id is in `ids`, in file order (`df` itself when `ids` is
+    empty, so a seeded sample of it is the one drawn without held-out rows)."""
+    if not ids:
+        return df
+    return df[~df["id"].isin(list(ids))].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- carving missing splits

@@ -24,7 +24,8 @@ def token_stream(n: int, seed: int) -> np.ndarray:
 def pretrain_tiny(params, run_dir, on_metrics=lambda s, m: None):
     torch.manual_seed(params.seed)
     model = GPT(params.model, VOCAB)
-    meta = {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
+    meta = {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64,
+            "pretrain_seed": params.seed}
     train = [token_stream(3000, 1), token_stream(2000, 2)]
     val = [token_stream(1000, 3)]
     return pretrain(model, train, val, params, run_dir, meta, 1.0, on_metrics)

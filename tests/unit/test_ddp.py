@@ -97,7 +97,8 @@ def _train(run_dir: Path, out: Path, run: str = "plain", crash_after: int | None
     train, val = [token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)]
     try:
         metrics = pretrain(model, train, val, params, run_dir,
-                           {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64},
+                           {"kind": "transformer", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64,
+                            "pretrain_seed": params.seed},
                            1.0, lambda step, m: seen.append((step, m)))
     except CrashError:  # rank 0 writes the losses up to the crash
         metrics = {"world_size": None, "micro_batch_seqs": None, "history": []}

@@ -45,7 +45,8 @@ def test_flops_count_grows_with_width(tiny_params):
 
 def test_pretrain_loop_trains_and_resumes_the_lstm(make_params, tmp_path):
     params = make_params({"pretrain": {"precision": "fp32"}})
-    meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
+    meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64,
+            "pretrain_seed": params.seed}
     data = ([token_stream(3000, 1), token_stream(2000, 2)], [token_stream(1000, 3)])
 
     def run(run_dir, on_metrics=lambda s, m: None):
@@ -96,7 +97,8 @@ def test_bf16_autocast_runs_on_any_cpu(tiny_params, caplog):
 def test_pretrain_loop_runs_the_lstm_in_bf16(make_params, tmp_path):
     """precision: bf16 set by the user pre-trains the LSTM on any CPU (a few tiny steps)."""
     params = make_params({"pretrain": {"precision": "bf16", "max_tokens": 640}})
-    meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64}
+    meta = {"kind": "lstm", "vocab_size": VOCAB, "tokenizer_hash": "h" * 64,
+            "pretrain_seed": params.seed}
     torch.manual_seed(params.seed)
     metrics = pretrain(LSTMLM(params.lstm, VOCAB), [token_stream(3000, 1)], [token_stream(1000, 3)],
                        params, tmp_path / "run", meta, lstm_flops_per_token(params.lstm, VOCAB),

@@ -105,9 +105,11 @@ def test_a_run_in_progress_resumes_across_the_rename(tiny_params) -> None:
     before = hashlib.sha256(json.dumps(
         [OLD, tiny_params.model.model_dump(mode="json"), pretrain, tiny_params.seed,
          "t" * 64, "fp32"], sort_keys=True).encode()).hexdigest()
-    assert resume_key(tiny_params, names.TRANSFORMER, "t" * 64, "fp32") == before
-    assert resume_key(tiny_params, OLD, "t" * 64, "fp32") == before
-    assert resume_key(tiny_params, names.LSTM, "t" * 64, "fp32") != before
+    seed = tiny_params.seed  # the pre-training seed stands where params.seed stood
+    assert resume_key(tiny_params, names.TRANSFORMER, seed, "t" * 64, "fp32") == before
+    assert resume_key(tiny_params, OLD, seed, "t" * 64, "fp32") == before
+    assert resume_key(tiny_params, names.LSTM, seed, "t" * 64, "fp32") != before
+    assert resume_key(tiny_params, names.TRANSFORMER, seed + 1, "t" * 64, "fp32") != before
 
 
 def _old_word_literals(path: Path) -> list[int]:

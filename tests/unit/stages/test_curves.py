@@ -88,6 +88,45 @@ def test_each_point_trains_on_its_n_and_records_where_it_started(curve_run) -> N
     assert not list(Path(params.paths.finetuned).rglob("curve_*/**/model"))
 
 
+def test_no_curve_point_trains_on_the_rows_the_pilot_scored(curve_run) -> None:
+    """The pilot chose the lr the curve arms use: every curve sample (each arm and the floor at
+    each n, each compute-curve point; every fine-tuning seed) lies outside the split it scored,
+    the rows it wrote as its `test` table."""
+    params, metrics = curve_run
+    scored = Path(params.paths.finetuned) / "lr_pilot" / "scratch_sst2" / "tables" / "sst2"
+    pilot = set(pd.read_parquet(scored / "test.parquet")["id"])
+    assert pilot and curves.pilot_rows(params, "sst2")[0] == pilot
+    stems = [*(f"curve_n_sst2_{n}_{a}_p1234" for n in params.curves.ns for a in params.curves.arms),
+             *(f"curve_floor_sst2_{n}" for n in params.curves.ns),
+             *(f"curve_step_sst2_{k}_p1234" for k in params.curves.checkpoints)]
+    pool = len(pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet"))
+    for stem in stems:
+        for path in metrics[stem]["train_ids"]:
+            ids = set(pd.read_parquet(path)["id"])
+            assert ids and not ids & pilot, stem
+        assert f"of {pool - len(pilot)} outside the pilot's split of {len(pilot)}" in (
+            metrics[stem]["train_split"])
+
+
+def test_a_curve_n_larger_than_the_pool_outside_the_pilot_split_is_refused(curve_run) -> None:
+    from gpt1.stages.variants import override
+
+    params = curve_run[0]
+    held, size = curves.pilot_rows(params, "sst2")
+    too_many = size - len(held) + 1
+    wide = override(params, curves={"ns": [*params.curves.ns, too_many]})
+    words = (f"curves.ns asks for {too_many} training examples of sst2, but only "
+             f"{size - len(held)} of its {size}-row training pool lie outside the pilot's split "
+             f"of {len(held)}")
+    with pytest.raises(Gpt1Error, match=words):
+        curves.curve_n(wide, "sst2", too_many, "full")
+    with pytest.raises(Gpt1Error, match=words):
+        curves.curve_floor(wide, "sst2", too_many)
+    big = override(params, curves={"compute_n": too_many})
+    with pytest.raises(Gpt1Error, match="curves.compute_n asks for"):
+        curves.curve_step(big, "sst2", 0)
+
+
 def test_the_figure_data_come_from_the_records(curve_run) -> None:
     params, metrics = curve_run
     labels = report_curves.label_curve(params, metrics, "sst2")
