@@ -14,7 +14,7 @@ from typing import Any
 
 from gpt1 import atomic, floor, names, tracking
 from gpt1 import checkpoint as ckpt
-from gpt1.config import Params
+from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
 from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import import_hf
@@ -66,7 +66,7 @@ def arm_params(params: Params, task: str, arm: str) -> tuple[Params, str]:
     the (lr, warm-up) its pilot chose where ablations.pilot tunes it on `task` (as the finetune
     and ablation stages do), else at its recipe."""
     run = ablation_params(params, arm, *pilot_choice(params, arm, task))
-    if arm == "full":
+    if arm == FULL_ARM:
         return run, names.TRANSFORMER
     return run, names.body(params.ablations.presets[arm].body)
 
@@ -107,8 +107,8 @@ def kept_steps(params: Params, pretrain_seed: int) -> list[int]:
 
 def curve_step(params: Params, task: str, checkpoint: int,
                pretrain_seed: int | None = None) -> dict[str, Any]:
-    """The pre-training-compute curve at one point: the `full` recipe on curves.compute_n
-    training examples of `task`, fine-tuned from the `checkpoint`-th kept zero-shot
+    """The pre-training-compute curve at one point: the `full` row's recipe (at the (lr,
+    warm-up) its pilot chose, as arm_params gives it) on curves.compute_n training examples of `task`, fine-tuned from the `checkpoint`-th kept zero-shot
     checkpoint (step order) of pre-training run `pretrain_seed`; the record carries its
     pretrain_step. Record curve_step_<task>_<checkpoint>_p<pretrain_seed>."""
     _check(params, task)
@@ -129,7 +129,8 @@ def curve_step(params: Params, task: str, checkpoint: int,
                         ckpt.pretrain_dir(params, names.TRANSFORMER, pretrain_seed)
                         / ckpt.MODEL_META)
     held = _outside_pilot(params, task, params.curves.compute_n, "curves.compute_n")
-    run = with_caps(params, task, params.curves.compute_n, None)
+    run = with_caps(arm_params(params, task, FULL_ARM)[0], task, params.curves.compute_n,
+                    None)
     return finetune_variant(run, task, STEP_PREFIX, names.TRANSFORMER, pretrain_seed,
                             out=f"{STEP_PREFIX}/{task}_{checkpoint}", stem=stem,
                             record_params=params, step=steps[checkpoint], held_out=held)

@@ -185,13 +185,15 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
 
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None
                     ) -> dict[str, Any]:
-    """Figure 2 left: the finetune stage with the embeddings + first `layers` blocks
+    """Figure 2 left: the finetune stage (the `full` row at the (lr, warm-up) its pilot chose,
+    where ablations.pilot tunes it on `task`) with the embeddings + first `layers` blocks
     transferred, scored like every fine-tune on the task's test split (disjoint from its
     training rows and from the dev split that `select: dev` chooses on)."""
     if task not in params.layers.tasks or not 0 <= layers <= params.model.n_layer:
         raise Gpt1Error(f"{task!r} / {layers} layers: not in layers.tasks "
                         f"{list(params.layers.tasks)} or outside 0..{params.model.n_layer}")
-    run = override(layers_caps(params, task),
+    tuned = ablation_params(params, FULL_ARM, *pilot_choice(params, FULL_ARM, task))
+    run = override(layers_caps(tuned, task),
                     finetune={"layers_transferred": layers, "init": "pretrained"})
     return finetune_variant(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
                             out=f"layers/{task}_{layers}", stem=f"layers_{task}_{layers}",

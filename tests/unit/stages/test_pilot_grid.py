@@ -91,6 +91,33 @@ def test_every_arm_is_piloted_over_the_same_grid_and_its_runs_use_the_choice(
         assert (confirmatory.lr, confirmatory.warmup_frac) == BEST
 
 
+def test_figure_2_left_and_the_compute_curve_run_the_full_rows_choice(
+        pilot_params, monkeypatch: pytest.MonkeyPatch) -> None:
+    """transfer_layers and curve_step fine-tune at the (lr, warm-up) the full row's pilot
+    chose, as finetune does (not at the recipe's lr)."""
+    from gpt1.stages import curves as curve_stages
+    from gpt1.stages import finetune as finetune_stages
+
+    params, _, _ = pilot_params
+    lr_pilot_stages.lr_pilot(params, "sst2", "full")
+    seen: list[tuple[float, float]] = []
+
+    def record_hparams(run: Params, task: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        hp = resolve_hparams(run, task)
+        seen.append((hp.lr, hp.warmup_frac))
+        return {}
+
+    monkeypatch.setattr(finetune_stages, "finetune_variant", record_hparams)
+    monkeypatch.setattr(curve_stages, "finetune_variant", record_hparams)
+    monkeypatch.setattr(curve_stages, "kept_steps", lambda params, pretrain_seed: [0, 5])
+    layers = params.as_dict()["layers"]
+    run = variants.override(params, layers={**layers, "tasks": ["sst2"]},
+                            curves={"tasks": ["sst2"], "checkpoints": [0, 1], "compute_n": 20})
+    finetune_stages.transfer_layers(run, "sst2", 1)
+    curve_stages.curve_step(run, "sst2", 1)
+    assert seen == [BEST, BEST]
+
+
 def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> None:
     params, pool, _ = pilot_params
     train, dev, words = lr_pilot_stages.pilot_split(params, "scratch", "sst2", pool)
