@@ -108,9 +108,10 @@ def kept_steps(params: Params, pretrain_seed: int) -> list[int]:
 def curve_step(params: Params, task: str, checkpoint: int,
                pretrain_seed: int | None = None) -> dict[str, Any]:
     """The pre-training-compute curve at one point: the `full` row's recipe (at the (lr,
-    warm-up) its pilot chose, as arm_params gives it) on curves.compute_n training examples of `task`, fine-tuned from the `checkpoint`-th kept zero-shot
-    checkpoint (step order) of pre-training run `pretrain_seed`; the record carries its
-    pretrain_step. Record curve_step_<task>_<checkpoint>_p<pretrain_seed>."""
+    warm-up) its pilot chose, as arm_params gives it) on curves.compute_n training examples of
+    `task`, fine-tuned from the `checkpoint`-th kept zero-shot checkpoint (step order) of
+    pre-training run `pretrain_seed`; the record carries its pretrain_step. Record
+    curve_step_<task>_<checkpoint>_p<pretrain_seed>."""
     _check(params, task)
     if checkpoint not in params.curves.checkpoints:
         raise Gpt1Error(f"checkpoint {checkpoint} not in curves.checkpoints "
