@@ -164,7 +164,7 @@ def gap_text(params: Params, worse: str) -> str:
 
 
 PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872, 1000)),
-                ("study v2 plan (full pools)", 2, 3, (872, 5732)),
+                ("study v2 and v3 plans (full pools)", 2, 3, (872, 5732)),
                 ("demo (SST-2 872, QNLI 250)", 1, 3, (872, 250)))
 """(label, pre-training seeds, fine-tuning seeds, eval examples of SST-2 and QNLI)."""
 
