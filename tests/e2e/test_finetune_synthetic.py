@@ -67,7 +67,9 @@ def test_tiny_model_learns_each_family(task: str, make_params, tmp_path: Path) -
     params = make_params({
         "finetune": {"lr": 3e-3, "batch_size": 16, "epochs": 6, "warmup_frac": 0.1,
                      "lm_coef": 0.5, "seeds": [0], "max_train_examples": None,
-                     "max_eval_examples": None, "select": "dev"},
+                     "max_eval_examples": None, "select": "dev",
+                     # random batches: pools of 50 leave MRPC's rule unlearnt (gpt1/batching.py)
+                     "bucket_pool_batches": None},
         "pretrain": {"precision": "fp32"},
         "model": {"resid_pdrop": 0.0, "attn_pdrop": 0.0, "embd_pdrop": 0.0},
     })

@@ -80,7 +80,8 @@ def test_every_arm_is_piloted_over_the_same_grid_and_its_runs_use_the_choice(
         paper = (params.finetune.lr, params.finetune.warmup_frac)
         assert tried == grid | {paper} and len(calls) == len(grid) + 1  # + the recipe row
         assert {c[1] for c in calls} == {"lstm" if arm == "lstm" else "transformer"}
-        assert {c[4] for c in calls} == {0.0 if arm == "no_aux" else params.finetune.lm_coef}
+        lam = params.ablations.presets[arm].lm_coef if arm in params.ablations.presets else None
+        assert {c[4] for c in calls} == {params.finetune.lm_coef if lam is None else lam}
         assert len(out["dev_scores"]) == len(grid)
         assert (out["chosen_lr"], out["chosen_warmup"]) == BEST  # 1e-3 is one class
         assert out["paper_recipe"]["lr"] == paper[0] and not out["paper_recipe"]["in_grid"]
@@ -154,7 +155,10 @@ def test_the_grid_and_its_arms_are_validated(make_params) -> None:
     with pytest.raises(Exception, match="not in ablations.variants or full"):
         make_params({"ablations": {"variants": ["scratch"],
                                    "pilot": {"variants": ["full", "lstm"]}}})
-    for preset in ("params.yaml", "configs/cpu-study.yaml"):  # the demo and the study
-        params = load_params(REPO / preset)  # every arm piloted over one grid
+    demo, study = (load_params(REPO / p) for p in ("params.yaml", "configs/cpu-study.yaml"))
+    for params in (demo, study):  # every arm piloted over one grid
         assert set(params.ablations.pilot.variants) == {"full", *params.ablations.variants}
-        assert len(params.ablations.pilot.warmup_grid) >= 2
+    assert len(study.ablations.pilot.warmup_grid) >= 2
+    # the demo's grid is the study's, cut to its budget
+    assert set(demo.ablations.pilot.lr_grid) <= set(study.ablations.pilot.lr_grid)
+    assert set(demo.ablations.pilot.warmup_grid) <= set(study.ablations.pilot.warmup_grid)

@@ -24,7 +24,7 @@ def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
     scratch = variants.ablation_params(tiny_params, "scratch")
     no_aux = variants.ablation_params(tiny_params, "no_aux")
     lstm = variants.ablation_params(tiny_params, "lstm")
-    assert scratch.finetune.init == "scratch" and scratch.finetune.lm_coef == base.lm_coef
+    assert scratch.finetune.init == "scratch" and scratch.finetune.lm_coef == 0.0  # the demo's λ
     assert no_aux.finetune.init == "pretrained" and no_aux.finetune.lm_coef == 0.0
     assert lstm.finetune == base.model_copy(update={"init": "pretrained"})
     for p in (scratch, no_aux, lstm):  # everything else is the full run's params
@@ -107,8 +107,7 @@ def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
 
 
 def test_the_lstm_pretrains_at_its_own_lr_where_set(make_params) -> None:
-    same = make_params()
-    assert same.lstm.lr_max is None
+    same = make_params({"lstm": {"lr_max": None}})  # null: the Transformer's lr
     assert variants.lm_params(same, "lstm") == same
     own = make_params({"lstm": {"lr_max": 2e-3}})
     lstm, gpt = variants.lm_params(own, "lstm"), variants.lm_params(own, "transformer")
