@@ -191,6 +191,15 @@ def _clean_job(job: tuple[RawDocument, CleanCfg]) -> CleanedDocument:
     return clean_document(*job)
 
 
+def _is_broken(pool: ProcessPoolExecutor) -> bool:
+    """Whether a worker of `pool` died: the pool then refuses any new job."""
+    try:
+        pool.submit(int).cancel()
+    except BrokenProcessPool:
+        return True
+    return False
+
+
 def _map_ordered(docs: Iterable[RawDocument], cfg: CleanCfg) -> Iterator[CleanedDocument]:
     """clean_document over docs, in input order; `cfg.workers` processes (spawned, so safe
     inside Prefect); order and output do not depend on the worker count. A worker that dies
@@ -204,7 +213,15 @@ def _map_ordered(docs: Iterable[RawDocument], cfg: CleanCfg) -> Iterator[Cleaned
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(cfg.workers, mp_context=context)
     try:
-        yield from pool.map(_clean_job, jobs)
+        try:
+            results = pool.map(_clean_job, jobs)  # submits every job; spawns the workers
+        except OSError:
+            # A worker that died while the pool spawned the next one leaves the pool's queues
+            # closed, and that spawn fails on them: the pool is broken, say so below.
+            if not _is_broken(pool):
+                raise
+            raise BrokenProcessPool from None
+        yield from results
     except BrokenProcessPool:
         # A worker the pool started as (or after) the other died waits on the call queue
         # forever, and the pool's shutdown would wait for it: stop the pool's workers first.

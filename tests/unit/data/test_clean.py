@@ -153,3 +153,32 @@ def test_a_killed_cleaning_worker_stops_the_stage_instead_of_hanging(make_params
         clean.clean_documents(docs, cfg)
     killer.join()
     assert time.monotonic() - started < 60
+
+
+def test_a_worker_killed_while_the_pool_spawns_the_next_is_the_same_one_line(
+        make_params, monkeypatch) -> None:
+    """The race the test above can meet: the first worker dies while the pool spawns the second,
+    whose spawn then fails on the pool's closed queues (OSError "handle is closed"). Made
+    certain here: the second spawn waits until the pool has seen the death and closed its
+    queues. It must read as the same one line, not an OSError."""
+    import time
+    from concurrent.futures import ProcessPoolExecutor
+
+    spawn = ProcessPoolExecutor._spawn_process
+
+    def spawn_once_the_first_worker_is_dead(pool: ProcessPoolExecutor) -> None:
+        if pool._processes:
+            first = next(iter(pool._processes.values()))
+            first.kill()
+            first.join()
+            deadline = time.monotonic() + 30
+            while not pool._call_queue._closed and time.monotonic() < deadline:
+                time.sleep(0.01)
+        spawn(pool)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "_spawn_process", spawn_once_the_first_worker_is_dead)
+    cfg = make_params({"clean": {"workers": 2}}).clean
+    docs = [clean.RawDocument(f"d{i}", f"d{i}.txt", 10, "0" * 64, data=make_book(i).encode())
+            for i in range(4)]
+    with pytest.raises(Gpt1Error, match="cleaning worker process died"):
+        clean.clean_documents(docs, cfg)
