@@ -20,7 +20,8 @@ run).
 
 The rate is the device's dense bf16 peak (devices.PEAK_BF16) times the MFU: --mfu when given,
 else the one measured in the newest GPU-check results file of that device
-(benchmarks/results/gpu_<device>_<date>.md), else 40 %, said to be unmeasured. FLOPs per token
+(benchmarks/results/gpu_<device>_<date>.md; the line of the preset's split over --gpus GPUs
+when there is one), else 40 %, said to be unmeasured. FLOPs per token
 are gpt1.model.flops_per_token (the Transformer) and gpt1.lstm.lstm_flops_per_token (the LSTM);
 gpt1.pretraining.cost_projection does the arithmetic, as the pre-training stage logs it.
 
@@ -53,6 +54,8 @@ ASSUMED_MFU = 0.4
 MFU = re.compile(r"\bMFU (\d+(?:\.\d+)?) ?%")
 # the GPU check's line for the real pre-training loop, preferred over its bare-step lines
 LOOP_LINE = "pre-training loop"
+SPLIT_LINE = "micro_batch_seqs auto on {gpus} GPU(s)"
+"""The GPU check's line for the paper preset's batch split over that many GPUs."""
 RESULTS_NAME = re.compile(r"^gpu_.+_(\d{4}-\d{2}-\d{2})(?:-(\d+))?\.md$")
 
 
@@ -124,9 +127,11 @@ def device_kind(name: str) -> str | None:
     return next((key for key, _ in PEAK_BF16 if key in name), None)
 
 
-def measured_mfu(results_dir: Path, gpu: str) -> tuple[float, Path, str] | None:
-    """(MFU, file, line) from the newest GPU-check results file measured on a `gpu` device:
-    its pre-training-loop line when it has one, else its best MFU line; None without one."""
+def measured_mfu(results_dir: Path, gpu: str, gpus: int = 1) -> tuple[float, Path, str] | None:
+    """(MFU, file, line) from the newest GPU-check results file measured on a `gpu` device: its
+    line for the paper preset's split over `gpus` GPUs (each GPU's share of the batch, timed on
+    one: the all-reduce is not counted) when it has one, else its pre-training-loop line, else
+    its best MFU line; None without one."""
     found = []
     for path in results_dir.glob("gpu_*.md"):
         named = RESULTS_NAME.match(path.name)
@@ -139,10 +144,11 @@ def measured_mfu(results_dir: Path, gpu: str) -> tuple[float, Path, str] | None:
     _, path, text = max(found, key=lambda f: f[0])
     lines = [(float(m.group(1)) / 100, line.strip()) for line in text.splitlines()
              if (m := MFU.search(line))]
+    split = [entry for entry in lines if SPLIT_LINE.format(gpus=gpus) in entry[1]]
     loop = [entry for entry in lines if LOOP_LINE in entry[1]]
-    if not (loop or lines):
+    if not (split or loop or lines):
         return None
-    mfu, line = max(loop or lines)
+    mfu, line = max(split or loop or lines)
     return mfu, path, line
 
 
@@ -163,7 +169,7 @@ def main() -> None:
     params = load_params(args.params)
     cfg = params.pretrain
     metrics_dir = Path(args.metrics_dir)
-    measured = measured_mfu(Path(args.results_dir), args.gpu)
+    measured = measured_mfu(Path(args.results_dir), args.gpu, args.gpus)
     if args.mfu:
         mfu, source = args.mfu, "given (--mfu)"
     elif measured:

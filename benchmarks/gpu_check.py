@@ -11,8 +11,8 @@ Measures on cuda:0, in this order, and writes benchmarks/results/gpu_<device>_<d
   5. a measured bf16 GEMM ceiling and the device's data-sheet peak;
   6. the paper preset's micro-batching (micro_batch_seqs: auto, batch 64): the probe's choice
      on 1 GPU and per GPU of 8 (8 sequences a rank), each timed compiled (tokens/s, MFU, peak);
-  7. 20 updates of the real pre-training loop on synthetic shards (tokens/s, the seconds
-     checkpoints held the loop and took to write, host syncs);
+  7. 20 updates of the real pre-training loop on synthetic shards (tokens/s of each 5-update
+     log window, the seconds checkpoints held the loop and took to write, host syncs);
   8. a RACE-shaped (32 x 4 x 512) and an MNLI-shaped (32 x 1 x 128) fine-tuning update with the
      auxiliary LM loss (seconds, peak memory);
   9. vocabulary padded to 64 vs not, compiled vs eager (1 GPU's split);
@@ -127,7 +127,10 @@ def relative_gap(a: list[float], b: list[float]) -> float:
 
 def host_syncs_per_step(device: torch.device, steps: int = 4) -> float:
     """Synchronizing CUDA calls per update (train_step + NonFiniteWatch.record + batch copy),
-    counted by torch.cuda.set_sync_debug_mode after a warm-up update."""
+    counted by torch.cuda.set_sync_debug_mode after a warm-up update. The mode is switched on
+    before the warnings are recorded: switching it on raised one warning of its own on an H200
+    (torch 2.11), which the first GPU check counted as 0.25 a step; under mode `error` the same
+    4 updates raised nothing (benchmarks/gpu_overhead.py)."""
     module = build(SMALL, SMALL_VOCAB, device)
     opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
     data = batches(steps + 1, SMALL_BATCH, SMALL_LEN, SMALL_VOCAB)
@@ -140,14 +143,14 @@ def host_syncs_per_step(device: torch.device, steps: int = 4) -> float:
 
     update(0)
     torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
+    torch.cuda.set_sync_debug_mode("warn")  # outside the record: switching it on warns once
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             for i in range(1, steps + 1):
                 update(i)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     return len(syncs) / steps
 
@@ -231,12 +234,19 @@ def gemm_ceiling(device: torch.device, n: int = 8192, reps: int = 20) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
+def gpu_test_files() -> list[str]:
+    """The test files that hold `-m gpu` tests: only these are collected, so a GPU host with
+    torch and the params schema (pydantic, PyYAML) but not MLflow, Prefect or DVC runs them."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if "pytest.mark.gpu" in p.read_text(encoding="utf-8"))
+
+
 def gpu_tests(timeout: float) -> str:
     """The `-m gpu` tests' outcome line (pytest's summary, or why they did not run)."""
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p",
-                               "no:cacheprovider", "tests"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+                               "no:cacheprovider", *gpu_test_files()], cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return f"did not finish in {timeout:.0f} s"
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
@@ -378,10 +388,13 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
             check.report(f"real pre-training loop: not run, needs {err.name} (the project's "
                          "environment: bash setup.sh)")
             return
+        windows = "; ".join(f"to update {step}: {rate:,.0f}" for step, rate in m["windows"])
+        steady = max((rate for step, rate in m["windows"][1:2]), default=m["tokens_per_s"])
         check.report(f"real pre-training loop (gpt1.pretraining.pretrain, configs/paper.yaml, "
                      f"{m['steps']} updates, synthetic shards): micro-batch "
-                     f"{m['micro_batch_seqs']} x {m['accumulation']}, {m['tokens_per_s']:,.0f} "
-                     f"tokens/s over the last 10 updates, {mfu(m['tokens_per_s'])}; 2 "
+                     f"{m['micro_batch_seqs']} x {m['accumulation']}; tokens/s of each log "
+                     f"window ({windows}); before the first checkpoint {steady:,.0f} tokens/s, "
+                     f"{mfu(steady)}; 2 "
                      f"checkpoints held the loop {m['checkpoint_blocking_s']:.2f} s and took "
                      f"{m['checkpoint_writing_s']:.1f} s to write in the background; "
                      f"{m['host_syncs']} synchronizing CUDA calls in all (the probe, compilation, "

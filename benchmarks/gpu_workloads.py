@@ -4,8 +4,10 @@
   for N ranks: the probe's micro-batch of the per-rank batch 64 / N, then the updates
   train_step runs with it (micro x accumulation), timed on one GPU (no all-reduce);
 - `pretrain_loop`: 20 updates of gpt1.pretraining.pretrain itself, on synthetic shards,
-  checkpoints every 10 (written in the background): tokens/s, the seconds checkpoints held the
-  loop and took to write, the host syncs (CUDA's sync debug mode). It needs the project's
+  checkpoints every 10 (written in the background), a log point every 5: tokens/s of each log
+  window (the one after step 10 holds the first checkpoint's stall, the one before it the
+  compiled loop alone), the seconds checkpoints held the loop and took to write, the host
+  syncs (CUDA's sync debug mode). It needs the project's
   environment (the params schema); elsewhere it is reported as not run;
 - `finetune_step`: one fine-tuning update of the task model (RACE: 32 examples x 4 answers x 512
   tokens; MNLI: 32 x 1 x 128) with the auxiliary LM loss (chunked cross-entropy), timed and its
@@ -172,7 +174,8 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
         raw[section].update(values)
     pre = raw["pretrain"]
     pre.update(max_tokens=steps * pre["batch_seqs"] * pre["seq_len"], epochs=None,
-               warmup_steps=2, checkpoint_interval_steps=steps // 2, log_interval_steps=steps // 2,
+               warmup_steps=2, checkpoint_interval_steps=steps // 2,
+               log_interval_steps=max(1, steps // 4),
                eval_interval_steps=steps, eval_batches=1, zero_shot_checkpoints=1, nproc=1)
     raw.update(device=device.type)
     raw["tracking"]["enabled"] = False
@@ -191,17 +194,20 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
         fpt = flops_per_token(params.model, vocab, seq)
         meta = {"kind": names.TRANSFORMER, "vocab_size": vocab, "tokenizer_hash": "0" * 64,
                 "pretrain_seed": params.seed}
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if device.type == "cuda":
-                torch.cuda.set_sync_debug_mode("warn")
-            try:
+        windows: list[tuple[int, float]] = []
+        if device.type == "cuda":  # on before the record: switching it on warns once
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 metrics = pretrain(model, train, val, params, Path(tmp) / "run", meta, fpt,
-                                   lambda step, m: None)
-            finally:
-                if device.type == "cuda":
-                    torch.cuda.set_sync_debug_mode("default")
+                                   lambda step, m: windows.append((step, m["tokens_per_s"]))
+                                   if "tokens_per_s" in m else None)
+        finally:
+            if device.type == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
         metrics["host_syncs"] = len([w for w in caught if "synchroniz" in str(w.message)])
+        metrics["windows"] = windows  # (step, tokens/s of the log window ending there)
         metrics["flops_per_token"] = fpt
     return metrics
 

@@ -125,6 +125,9 @@ class ShardedAdamW(torch.optim.AdamW):
             if rank == 0 or not params or self.rank not in (0, rank):
                 continue
             device = params[0].device
+            # gloo's send/recv take CPU tensors only (a GPU tensor fails in its transport:
+            # "writev: Bad address", seen on CUDA); nccl's take the GPU's
+            wire = torch.device("cpu") if dist.get_backend() == "gloo" else device
             sizes = [1 + 2 * p.numel() for p in params]  # step, exp_avg, exp_avg_sq
             if self.rank == rank:
                 has = torch.tensor([p in self.state for p in params], dtype=torch.int32,
@@ -139,13 +142,14 @@ class ShardedAdamW(torch.optim.AdamW):
                         flat[offset: offset + size] = torch.cat(
                             [state[k].detach().reshape(-1).float() for k in STATE_KEYS])
                     offset += size
-                dist.send(has, dst=0)
-                dist.send(flat, dst=0)
+                dist.send(has.to(wire), dst=0)
+                dist.send(flat.to(wire), dst=0)
                 continue
-            has = torch.empty(len(params), dtype=torch.int32, device=device)
-            flat = torch.empty(sum(sizes), dtype=torch.float32, device=device)
+            has = torch.empty(len(params), dtype=torch.int32, device=wire)
+            flat = torch.empty(sum(sizes), dtype=torch.float32, device=wire)
             dist.recv(has, src=rank)
             dist.recv(flat, src=rank)
+            flat = flat.to(device)
             offset = 0
             for p, size, present in zip(params, sizes, has.tolist(), strict=True):
                 if present:

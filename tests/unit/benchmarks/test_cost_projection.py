@@ -69,6 +69,13 @@ def test_mfu_comes_from_the_newest_gpu_results_file_of_that_device(tmp_path):
     mfu, path, _ = cost_projection.measured_mfu(tmp_path, "H100")
     assert (mfu, path.name) == (0.44, "gpu_nvidia-h100_2026-12-02-2.md")  # the real loop's
     assert cost_projection.measured_mfu(tmp_path, "A100")[0] == 0.6
+    write_gpu_results(tmp_path, "gpu_nvidia-h100_2026-12-02-3.md", h100, [
+        "paper preset, micro_batch_seqs auto on 1 GPU(s): 64 a GPU: 1 tokens/s, MFU 39.0% of peak",
+        "paper preset, micro_batch_seqs auto on 8 GPU(s): 8 a GPU: 1 tokens/s, MFU 12.0% of peak",
+        "real pre-training loop, 20 updates: 1 tokens/s, MFU 11.0% of peak"])
+    assert cost_projection.measured_mfu(tmp_path, "H100")[0] == 0.39  # the split for 1 GPU
+    assert cost_projection.measured_mfu(tmp_path, "H100", 8)[0] == 0.12  # a GPU's share of 8
+    assert cost_projection.measured_mfu(tmp_path, "H100", 4)[0] == 0.11  # no split: the loop
 
 
 def test_the_command_prints_hours_for_n_gpus(tmp_path, monkeypatch, capsys):

@@ -81,6 +81,8 @@ def test_its_workloads_run_on_the_cpu_at_a_small_shape():
         "pretrain": {"batch_seqs": 4, "seq_len": 16, "compile": False, "precision": "fp32"}})
     assert m["steps"] == 4 and m["host_syncs"] == 0 and m["checkpoint_writing_s"] > 0
     assert m["micro_batch_seqs"] * m["accumulation"] == 4
+    assert [step for step, _ in m["windows"]] == [1, 2, 3, 4]  # a log window every steps // 4
+    assert all(rate > 0 for _, rate in m["windows"])
 
 
 def test_a_failed_part_is_named_and_a_hung_one_still_writes_the_file(tmp_path):
@@ -114,3 +116,11 @@ def test_it_runs_on_a_gpu(tmp_path):
     assert gpu_check.relative_gap(gpu_check.losses(torch.device("cpu")),
                                   gpu_check.losses(cuda)) <= gpu_check.AGREE
     assert gpu_check.host_syncs_per_step(cuda) == 0
+
+
+def test_it_collects_only_the_files_that_hold_gpu_tests():
+    """A GPU host without MLflow, Prefect or DVC must still collect the `-m gpu` tests."""
+    files = gpu_check.gpu_test_files()
+    assert "tests/unit/benchmarks/test_gpu_check.py" in files
+    assert "tests/unit/test_pretraining_device.py" in files
+    assert all("pytest.mark.gpu" in (gpu_check.ROOT / f).read_text() for f in files)
