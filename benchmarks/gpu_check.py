@@ -36,7 +36,6 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,6 +58,7 @@ from gpu_workloads import (  # noqa: E402
     pretrain_loop,
     probe_micro,
     seeded,
+    synchronizing_calls,
     transformers_rate,
     update_rate,
 )
@@ -125,15 +125,12 @@ def relative_gap(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b, strict=True))
 
 
-def host_syncs_per_step(device: torch.device, steps: int = 4) -> float:
-    """Synchronizing CUDA calls per update (train_step + NonFiniteWatch.record + batch copy),
-    counted by torch.cuda.set_sync_debug_mode after a warm-up update. The mode is switched on
-    before the warnings are recorded: switching it on raised one warning of its own on an H200
-    (torch 2.11), which the first GPU check counted as 0.25 a step; under mode `error` the same
-    4 updates raised nothing (benchmarks/gpu_overhead.py)."""
+def small_bf16_updates(device: torch.device, n: int) -> Callable[[int], None]:
+    """update(i), i < n: one bf16 update of the small model on batch i as the loop runs it
+    (the batch copy, train_step, NonFiniteWatch.record)."""
     module = build(SMALL, SMALL_VOCAB, device)
     opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
-    data = batches(steps + 1, SMALL_BATCH, SMALL_LEN, SMALL_VOCAB)
+    data = batches(n, SMALL_BATCH, SMALL_LEN, SMALL_VOCAB)
     watch = NonFiniteWatch(device)
 
     def update(i: int) -> None:
@@ -141,18 +138,19 @@ def host_syncs_per_step(device: torch.device, steps: int = 4) -> float:
                          "bf16", watch.halted)
         watch.record(i, *out)
 
+    return update
+
+
+def host_syncs_per_step(device: torch.device, steps: int = 4) -> float:
+    """Synchronizing CUDA calls per update (small_bf16_updates), counted by torch's sync
+    debug mode (gpu_workloads.synchronizing_calls) after a warm-up update."""
+    update = small_bf16_updates(device, steps + 1)
     update(0)
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")  # outside the record: switching it on warns once
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for i in range(1, steps + 1):
-                update(i)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    return len(syncs) / steps
+    with synchronizing_calls(device) as calls:
+        for i in range(1, steps + 1):
+            update(i)
+    return len(calls) / steps
 
 
 def graph_breaks() -> int:
@@ -266,7 +264,8 @@ class Check:
     writes the file at HARD_CAP_S even while a part hangs, naming that part."""
 
     def __init__(self, command: str, hard_cap_s: float = HARD_CAP_S,
-                 budget_s: float = BUDGET_S) -> None:
+                 budget_s: float = BUDGET_S, topic: str = "gpu") -> None:
+        self.topic = topic
         self.lines: list[str] = []
         self.failed: list[str] = []
         self.command, self.budget_s = command, budget_s
@@ -306,7 +305,7 @@ class Check:
             if self.path is None:
                 self.watchdog.cancel()
                 self.report(f"check took {self.elapsed():.0f} s")
-                self.path = write("gpu", "\n".join(self.lines), self.command)
+                self.path = write(self.topic, "\n".join(self.lines), self.command)
             return self.path
 
     def time_up(self) -> None:
@@ -389,7 +388,8 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
                          "environment: bash setup.sh)")
             return
         windows = "; ".join(f"to update {step}: {rate:,.0f}" for step, rate in m["windows"])
-        steady = max((rate for step, rate in m["windows"][1:2]), default=m["tokens_per_s"])
+        # the second window: compiled, before the first checkpoint's hand-over and write
+        steady = m["windows"][1][1] if len(m["windows"]) > 1 else m["tokens_per_s"]
         check.report(f"real pre-training loop (gpt1.pretraining.pretrain, configs/paper.yaml, "
                      f"{m['steps']} updates, synthetic shards): micro-batch "
                      f"{m['micro_batch_seqs']} x {m['accumulation']}; tokens/s of each log "

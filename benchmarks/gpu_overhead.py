@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import shlex
 import sys
-import threading
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +35,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import gpu_check  # noqa: E402
 import torch  # noqa: E402
-from gpu_workloads import CausalLoss, compiled, gpt, pretrain_loop, seeded  # noqa: E402
-from results_file import write  # noqa: E402
+from gpu_check import Check, small_bf16_updates  # noqa: E402
+from gpu_workloads import (  # noqa: E402
+    CausalLoss,
+    compiled,
+    gpt,
+    pretrain_loop,
+    seeded,
+    synchronizing_calls,
+)
 
 from gpt1.optim import build_optimizer  # noqa: E402
 from gpt1.runtime import c_compiler, to_device  # noqa: E402
@@ -48,12 +53,6 @@ PARTS = ["sync-sites", "sync-error", "zero1", "micro8", "micro8-cudagraphs", "mi
          "real-loop"]
 HARD_CAP_S = 290
 """The watchdog writes the results file and ends the script here."""
-LINES: list[str] = []
-
-
-def say(line: str) -> None:
-    LINES.append(line)
-    print(line, flush=True)
 
 
 def device_us(avg: Any) -> float:
@@ -64,7 +63,13 @@ def device_us(avg: Any) -> float:
     return 0.0
 
 
-def update_breakdown(micro: int, cuda: torch.device, can_compile: bool,
+def where(frames: list[traceback.FrameSummary]) -> str:
+    """The innermost 6 frames of the repo or torch, innermost first."""
+    ours = [f for f in frames if str(ROOT) in f.filename or "/torch/" in f.filename]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(ours[-6:]))
+
+
+def update_breakdown(check: Check, micro: int, cuda: torch.device, can_compile: bool,
                      mode: str | None = None) -> None:
     """Part 1 at one micro-batch size: wall, host enqueue and GPU kernel time per update;
     `mode`: torch.compile's mode (reduce-overhead: CUDA graphs)."""
@@ -105,153 +110,99 @@ def update_breakdown(micro: int, cuda: torch.device, can_compile: bool,
     gpu_ms = sum(device_us(a) for a in averages) / 1e3 / 3
     tokens = micro * gpu_check.SEQ
     how = (f"compiled, mode {mode}" if mode else "compiled") if can_compile else "eager"
-    say(f"micro-batch {micro} x {gpu_check.SEQ} ({how}, "
-        f"bf16): {wall * 1e3:.1f} ms an update ({tokens / wall:,.0f} tokens/s); the host "
-        f"enqueues it in {enqueue / steps * 1e3:.1f} ms; GPU kernels {gpu_ms:.1f} ms "
-        f"({gpu_ms / (wall * 1e3):.0%} of the wall)")
+    check.report(f"micro-batch {micro} x {gpu_check.SEQ} ({how}, "
+                 f"bf16): {wall * 1e3:.1f} ms an update ({tokens / wall:,.0f} tokens/s); the "
+                 f"host enqueues it in {enqueue / steps * 1e3:.1f} ms; GPU kernels "
+                 f"{gpu_ms:.1f} ms ({gpu_ms / (wall * 1e3):.0%} of the wall)")
     top_gpu = sorted(averages, key=device_us, reverse=True)[:8]
-    say("  top kernels (ms an update): " + "; ".join(
+    check.report("  top kernels (ms an update): " + "; ".join(
         f"{a.key[:60]} {device_us(a) / 1e3 / 3:.2f}" for a in top_gpu))
     top_cpu = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:8]
-    say("  top host operations, own time (ms an update): " + "; ".join(
+    check.report("  top host operations, own time (ms an update): " + "; ".join(
         f"{a.key[:60]} {a.self_cpu_time_total / 1e3 / 3:.2f}" for a in top_cpu))
 
 
-def sync_sites(cuda: torch.device) -> None:
-    """Part 2: the repo frames of each synchronizing call in 4 steady small-model updates."""
-    module = gpu_check.build(gpu_check.SMALL, gpu_check.SMALL_VOCAB, cuda)
-    opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
-    data = gpu_check.batches(5, gpu_check.SMALL_BATCH, gpu_check.SMALL_LEN, gpu_check.SMALL_VOCAB)
-    watch = NonFiniteWatch(cuda)
-    sites: list[str] = []
-
-    def update(i: int) -> None:
-        out = train_step(module, opt, [(i, to_device(data[i], cuda))], seeded, 1e-3, 1.0,
-                         "bf16", watch.halted)
-        watch.record(i, *out)
-
-    def note(message: Any, *_: Any, **__: Any) -> None:
-        if "synchroniz" in str(message):
-            frames = [f for f in traceback.extract_stack()[:-1] if str(ROOT) in f.filename
-                      or "/torch/" in f.filename]
-            sites.append(" <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
-                                     for f in reversed(frames[-6:])))
-
+def sync_sites(check: Check, cuda: torch.device) -> None:
+    """Part 2: where each synchronizing call of 4 steady small-model updates was made."""
+    update = small_bf16_updates(cuda, 5)
     update(0)
     torch.cuda.synchronize()
-    shown = warnings.showwarning
-    torch.cuda.set_sync_debug_mode("warn")  # before the hook: switching it on warns once
+    with synchronizing_calls(cuda) as calls:
+        for i in range(1, 5):
+            update(i)
+    check.report(f"synchronizing calls in 4 steady updates: {len(calls)}")
+    for stack in calls:
+        check.report(f"  {where(list(stack))}")
+
+
+def sync_error(check: Check, cuda: torch.device) -> None:
+    """Part 2b: the same updates under the sync debug mode `error`: a synchronizing call
+    inside them raises there, with its stack."""
+    update = small_bf16_updates(cuda, 5)
+    update(0)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.showwarning = note
-            try:
-                for i in range(1, 5):
-                    update(i)
-            finally:
-                warnings.showwarning = shown
+        for i in range(1, 5):
+            update(i)
+    except RuntimeError as err:
+        check.report(f"sync debug mode error: update {i} raised {str(err).strip()[:160]} at "
+                     + where(traceback.extract_tb(err.__traceback__)))
+        return
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    say(f"synchronizing calls in 4 steady updates: {len(sites)}")
-    for site in sites:
-        say(f"  {site}")
+    check.report("sync debug mode error: 4 steady updates ran without a synchronizing call")
 
 
-def sync_error(cuda: torch.device) -> None:
-    """Part 2b: 4 steady updates under the sync debug mode `error`: a synchronizing call inside
-    them raises there, with its stack."""
-    module = gpu_check.build(gpu_check.SMALL, gpu_check.SMALL_VOCAB, cuda)
-    opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
-    data = gpu_check.batches(5, gpu_check.SMALL_BATCH, gpu_check.SMALL_LEN, gpu_check.SMALL_VOCAB)
-    watch = NonFiniteWatch(cuda)
-    for i in range(5):
-        if i == 1:
-            torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
-        try:
-            out = train_step(module, opt, [(i, to_device(data[i], cuda))], seeded, 1e-3, 1.0,
-                             "bf16", watch.halted)
-            watch.record(i, *out)
-        except RuntimeError as err:
-            torch.cuda.set_sync_debug_mode("default")
-            frames = traceback.extract_tb(err.__traceback__)
-            say(f"sync debug mode error: update {i} raised {str(err).strip()[:160]} at "
-                + " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
-                              for f in reversed(frames[-6:])))
-            return
-    torch.cuda.set_sync_debug_mode("default")
-    say("sync debug mode error: 4 steady updates ran without a synchronizing call")
-
-
-def zero1_error(cuda: torch.device) -> None:
+def zero1_error(check: Check, cuda: torch.device) -> None:
     """Part 3: the ZeRO-1 DDP update, its whole error text when it fails."""
     try:
         backend, gap = gpu_check.ddp_vs_one_process(cuda, zero1=True)
-        say(f"2-rank DDP ({backend}) with ZeRO-1: max relative loss gap {gap:.2e}")
+        check.report(f"2-rank DDP ({backend}) with ZeRO-1: max relative loss gap {gap:.2e}")
     except Exception as err:  # noqa: BLE001 (the point is the whole error)
-        say(f"2-rank DDP with ZeRO-1 failed: {type(err).__name__}:")
+        check.report(f"2-rank DDP with ZeRO-1 failed: {type(err).__name__}:", False)
         for line in str(err).strip().splitlines()[-25:]:
-            say(f"  {line}")
+            check.report(f"  {line}")
 
 
-def loop_windows(cuda: torch.device) -> None:
+def loop_windows(check: Check, cuda: torch.device) -> None:
     """Part 4: the real loop's log windows."""
     m = pretrain_loop(cuda)
-    say(f"real pre-training loop, micro-batch {m['micro_batch_seqs']} x {m['accumulation']}: "
-        "tokens/s of each log window: " + "; ".join(f"to update {s}: {r:,.0f}"
-                                                     for s, r in m["windows"])
-        + f"; checkpoints held the loop {m['checkpoint_blocking_s']:.2f} s, wrote in "
-          f"{m['checkpoint_writing_s']:.1f} s")
+    check.report(f"real pre-training loop, micro-batch {m['micro_batch_seqs']} x "
+                 f"{m['accumulation']}: tokens/s of each log window: "
+                 + "; ".join(f"to update {s}: {r:,.0f}" for s, r in m["windows"])
+                 + f"; checkpoints held the loop {m['checkpoint_blocking_s']:.2f} s, wrote in "
+                   f"{m['checkpoint_writing_s']:.1f} s")
 
 
 def main() -> int:
-    if unknown := [p for p in (sys.argv[1].split(",") if len(sys.argv) > 1 else [])
-                   if p not in PARTS]:
+    chosen = sys.argv[1].split(",") if len(sys.argv) > 1 else PARTS
+    if unknown := [p for p in chosen if p not in PARTS]:
         print(f"gpu_overhead: unknown part(s) {', '.join(unknown)}; parts: {', '.join(PARTS)}",
               file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print(gpu_check.no_cuda_line().replace("gpu_check", "gpu_overhead"), file=sys.stderr)
         return 2
-    command = shlex.join(["python", *sys.argv])
-    started, failed = time.monotonic(), []
-
-    def finish() -> None:
-        say(f"took {time.monotonic() - started:.0f} s")
-        print(f"results: {write('gpu-overhead', chr(10).join(LINES), command)}", flush=True)
-
-    def time_up() -> None:
-        say(f"hard time cap: stopped at {time.monotonic() - started:.0f} s")
-        finish()
-        import os
-
-        os._exit(1)
-
-    watchdog = threading.Timer(HARD_CAP_S, time_up)
-    watchdog.daemon = True
-    watchdog.start()
+    check = Check(shlex.join(["python", *sys.argv]), hard_cap_s=HARD_CAP_S,
+                  topic="gpu-overhead")
+    check.watchdog.start()
     cuda = torch.device("cuda", 0)
     can_compile = c_compiler() is not None
-    say(f"device: {torch.cuda.get_device_name(cuda)}, torch {torch.__version__}")
-    parts = {"sync-sites": lambda: sync_sites(cuda), "sync-error": lambda: sync_error(cuda),
-             "zero1": lambda: zero1_error(cuda),
-             "micro8": lambda: update_breakdown(8, cuda, can_compile),
-             "micro8-cudagraphs": lambda: update_breakdown(8, cuda, can_compile,
+    check.report(f"device: {torch.cuda.get_device_name(cuda)}, torch {torch.__version__}")
+    parts = {"sync-sites": lambda: sync_sites(check, cuda),
+             "sync-error": lambda: sync_error(check, cuda),
+             "zero1": lambda: zero1_error(check, cuda),
+             "micro8": lambda: update_breakdown(check, 8, cuda, can_compile),
+             "micro8-cudagraphs": lambda: update_breakdown(check, 8, cuda, can_compile,
                                                            "reduce-overhead"),
-             "micro64": lambda: update_breakdown(64, cuda, can_compile),
-             "real-loop": lambda: loop_windows(cuda)}
-    assert list(parts) == PARTS
-    chosen = sys.argv[1].split(",") if len(sys.argv) > 1 else PARTS
-    for name, run in ((c, parts[c]) for c in chosen):
-        try:
-            run()
-        except Exception as err:  # noqa: BLE001 (one failing part must not lose the others)
-            failed.append(name)
-            say(f"{name}: {type(err).__name__}: {str(err).strip()[:400]}  <-- FAILED")
+             "micro64": lambda: update_breakdown(check, 64, cuda, can_compile),
+             "real-loop": lambda: loop_windows(check, cuda)}
+    for name in chosen:
+        check.part(name, parts[name])
         torch.cuda.empty_cache()
-    watchdog.cancel()
-    finish()
-    return 1 if failed else 0
+    print(f"results: {check.finish()}")
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

@@ -124,3 +124,28 @@ def test_it_collects_only_the_files_that_hold_gpu_tests():
     assert "tests/unit/benchmarks/test_gpu_check.py" in files
     assert "tests/unit/test_pretraining_device.py" in files
     assert all("pytest.mark.gpu" in (gpu_check.ROOT / f).read_text() for f in files)
+
+
+def test_synchronizing_calls_counts_sync_warnings_made_inside_with_their_stacks(monkeypatch):
+    """The mode is switched on before the record (its own warning is not a sync), off after,
+    and only sync-debug warnings raised inside the block are kept, each with its stack."""
+    import warnings
+
+    modes: list[str] = []
+
+    def switch(mode: str) -> None:
+        modes.append(mode)
+        if mode == "warn":
+            warnings.warn("synchronizing operations will now warn", stacklevel=1)  # as torch did
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", switch)
+    with gpu_workloads.synchronizing_calls(torch.device("cuda")) as calls:
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+        warnings.warn("an unrelated warning", stacklevel=1)
+    assert modes == ["warn", "default"]
+    assert len(calls) == 1
+    assert any(f.name == test_synchronizing_calls_counts_sync_warnings_made_inside_with_their_stacks
+               .__name__ for f in calls[0])  # the stack that made the call
+    with gpu_workloads.synchronizing_calls(torch.device("cpu")) as calls:
+        warnings.warn("called a synchronizing CUDA operation", stacklevel=1)
+    assert calls == [] and modes == ["warn", "default"]  # nothing counted or switched on CPU

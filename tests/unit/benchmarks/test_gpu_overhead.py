@@ -39,8 +39,8 @@ def test_the_update_breakdown_runs_on_a_tiny_model(monkeypatch):
     monkeypatch.setattr(gpu_overhead.gpu_check, "PAPER_VOCAB", 50)
     monkeypatch.setattr(gpu_overhead.gpu_check, "SEQ", 15)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(gpu_overhead, "LINES", [])
-    gpu_overhead.update_breakdown(2, torch.device("cpu"), False)
-    first, kernels, host = gpu_overhead.LINES
+    check = gpu_overhead.Check("python benchmarks/gpu_overhead.py micro8")
+    gpu_overhead.update_breakdown(check, 2, torch.device("cpu"), False)
+    first, kernels, host = check.lines
     assert first.startswith("micro-batch 2 x 15 (eager, bf16): ") and "ms an update" in first
     assert kernels.startswith("  top kernels") and host.startswith("  top host operations")
