@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import torch
@@ -42,13 +43,16 @@ from devices import PEAK_BF16
 from results_file import RESULTS_DIR, add_option, recording
 
 from gpt1 import names
-from gpt1.config import Params, load_params
+from gpt1.config import Params, ParamsError, load_params
+from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import GPT, count_parameters, flops_per_token
 from gpt1.pretraining import cost_projection, total_steps_for
 from gpt1.stages.variants import ablation_params, layers_caps
 
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository: the default params and stage records are read from it, from any folder."""
 VOCAB = 40_478  # the original release's vocabulary (40,000 merges + characters)
 ASSUMED_MFU = 0.4
 MFU = re.compile(r"\bMFU (\d+(?:\.\d+)?) ?%")
@@ -154,13 +158,13 @@ def measured_mfu(results_dir: Path, gpu: str, gpus: int = 1) -> tuple[float, Pat
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", default="configs/paper.yaml")
+    parser.add_argument("--params", default=str(ROOT / "configs" / "paper.yaml"))
     parser.add_argument("--gpu", default="H100", choices=[name for name, _ in PEAK_BF16])
     parser.add_argument("--gpus", type=int, default=1, help="GPUs (one node or several)")
     parser.add_argument("--mfu", type=float,
                         help="model FLOPs utilisation (default: the GPU check's, else 0.4)")
     parser.add_argument("--corpus-tokens", type=int, help="training tokens in one epoch")
-    parser.add_argument("--metrics-dir", default="reports/metrics",
+    parser.add_argument("--metrics-dir", default=str(ROOT / "reports" / "metrics"),
                         help="stage records: shard_corpus.json, prepare_task_<task>.json")
     parser.add_argument("--results-dir", default=str(RESULTS_DIR),
                         help="where the GPU check's results files are")
@@ -226,5 +230,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    with recording("cost-projection"):
-        main()
+    try:
+        with recording("cost-projection"):
+            main()
+    except (Gpt1Error, ParamsError, OSError) as err:  # bad params, a missing stage record
+        sys.exit(f"cost_projection: {err}")

@@ -87,9 +87,12 @@ def test_the_command_prints_hours_for_n_gpus(tmp_path, monkeypatch, capsys):
 
     args = ["--gpus", "8", "--corpus-tokens", "1000000000", "--metrics-dir", str(tmp_path),
             "--results-dir", str(results)]
-    done = subprocess.run([sys.executable, "benchmarks/cost_projection.py", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+    script = str(REPO / "benchmarks" / "cost_projection.py")
+    # from another folder: the default params are the repository's own
+    done = subprocess.run([sys.executable, script, *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=True)
     lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"{REPO / 'configs' / 'paper.yaml'}: ")
     assert lines[1].startswith("MFU 40.0%, assumed: unmeasured, no GPU-check results file")
     assert lines[3].startswith("pre-training on 8 x H100 (DDP, linear scaling assumed): "
                                "1 seed(s) x (Transformer 6.6 h + LSTM ")
@@ -104,3 +107,15 @@ def test_the_command_prints_hours_for_n_gpus(tmp_path, monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("MFU 50.0%, measured: gpu_nvidia-h100_2026-12-02.md: ")
     assert "MFU 50% = 656,921 tokens/s" in lines[2]
+
+
+@pytest.mark.slow
+def test_a_missing_params_file_or_stage_record_is_one_line(tmp_path):
+    script = str(REPO / "benchmarks" / "cost_projection.py")
+    for args, said in ((["--params", "nope.yaml"], "nope.yaml: params file not found"),
+                       (["--metrics-dir", str(tmp_path)], "shard_corpus.json")):
+        done = subprocess.run([sys.executable, script, *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode != 0 and done.stdout == ""
+        assert done.stderr.startswith("cost_projection: ") and said in done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
