@@ -85,8 +85,8 @@ def _seed() -> None:
 E2E = Path(__file__).parent / "e2e"
 # Test files by measured wall time, longest first (benchmarks/results/ci-time_*.md); any other
 # file keeps its collection order after these.
-LONGEST_FIRST = ("test_prefect_deployment.py", "test_dvc_seeds.py", "test_dvc_import.py",
-                 "test_dvc_records.py", "test_chaos.py", "test_prefect_remote_worker.py",
+LONGEST_FIRST = ("test_prefect_deployment.py", "test_dvc_pipeline.py", "test_dvc_import.py",
+                 "test_chaos.py", "test_prefect_remote_worker.py",
                  "test_dvc_data.py", "test_custom_task.py", "test_cpu_isa.py",
                  "test_tracking_server.py")
 

@@ -21,6 +21,24 @@ from gpt1.tracking.store import URI_ENV, bound_http_retries, check_uri
 
 log = logging.getLogger(__name__)
 
+# What a logged model's code imports when it is loaded and asked (a fresh process; the test
+# tests/unit/tracking/test_pyfunc.py checks the list against one), pinned to this environment's
+# versions. Given to MLflow instead of its inference, which loads the model once more in a
+# subprocess (5-6 s per logged model) and, measured, left out torch, tokenizers and spaCy.
+SERVING_PACKAGES = ("gpt1", "mlflow", "torch", "tokenizers", "safetensors", "numpy", "pandas",
+                    "pyarrow", "pydantic", "pyyaml", "ftfy", "spacy", "scipy", "tqdm", "psutil")
+
+
+def pip_requirements() -> list[str]:
+    """SERVING_PACKAGES pinned to the installed versions (public part: torch's `+cpu` build tag
+    is an index's, not a version pip can find on PyPI)."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    return [f"{name}=={Version(version(name)).public}" for name in SERVING_PACKAGES]
+
+
 _PYFUNC_CODE = (
     "# MLflow models-from-code entry: the model is rebuilt from its files, never unpickled.\n"
     "import mlflow.models\n"
@@ -146,7 +164,7 @@ def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: 
                 name="model", python_model=str(code),
                 artifacts={"model": str(files), "tokenizer": str(tokenizer_dir)},
                 signature=sig, input_example=pd.DataFrame(example),
-                registered_model_name=registered_name)
+                pip_requirements=pip_requirements(), registered_model_name=registered_name)
     client = MlflowClient(tracking_uri)
     version = str(info.registered_model_version)
     client.update_registered_model(registered_name, description=description)

@@ -131,3 +131,41 @@ def test_predict_cli_reads_a_registered_model(registered, capsys, tmp_path, monk
     assert json.loads(capsys.readouterr().out)["probabilities"] == expected["probabilities"]
     assert main(["predict", "--model", "models:/gpt1-nope/1", *inputs]) == 2
     assert "gpt1-nope" in capsys.readouterr().err
+
+
+_SERVE = """
+import importlib.metadata as md, json, sys
+import mlflow.pyfunc, pandas as pd
+mlflow.set_tracking_uri(sys.argv[1])
+before = set(sys.modules)  # MLflow's own imports: its requirements bring them
+model = mlflow.pyfunc.load_model("models:/gpt1-rte/1")
+model.predict(pd.DataFrame({"text": ["a man sleeps."], "text_b": ["a person rests."]}))
+names = md.packages_distributions()
+added = set(sys.modules) - before
+print(json.dumps(sorted({d for m in added for d in names.get(m.split(".")[0], [])})))
+"""
+
+
+@pytest.mark.slow
+def test_logged_requirements_pin_every_dependency_serving_imports(registered) -> None:
+    """The logged requirements.txt is pyfunc.pip_requirements(), and it names every one of
+    gpt1's declared dependencies that a fresh process imports (beyond MLflow's own imports) to
+    load and ask the model."""
+    import subprocess
+    import sys
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    from gpt1.tracking import pyfunc
+
+    params, _ = registered
+    logged = (_example("models:/gpt1-rte/1").parent / "requirements.txt").read_text()
+    assert logged.split() == pyfunc.pip_requirements()
+    proc = subprocess.run([sys.executable, "-c", _SERVE, params.tracking.uri], text=True,
+                          capture_output=True, check=True)
+    imported = {name.lower().replace("_", "-") for name in json.loads(proc.stdout)}
+    declared = {Requirement(r).name.lower() for r in requires("gpt1") or []
+                if "extra ==" not in r}  # runtime dependencies, not the dev extra
+    assert "torch" in imported & declared  # the check sees the model's own imports
+    assert imported & declared <= set(pyfunc.SERVING_PACKAGES), imported & declared
