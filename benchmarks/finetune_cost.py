@@ -5,7 +5,7 @@ transfer_layers@<task>-<k>; all seeds of a stage run one after another) is count
 prepared task tables with the preset's tokenizer, exactly as the stage encodes them (caps,
 truncation, input transforms), each batch padded to its longest sequence. Training costs
 gpt1.model.flops_per_token per token; evaluation (dev every epoch, test once) a third of that.
-The rate is the device's dense bf16 peak (train_throughput.PEAK_BF16) x --mfu; stages are
+The rate is the device's dense bf16 peak (devices.PEAK_BF16) x --mfu; stages are
 spread over N GPUs longest first (orchestrate.max_parallel_stages = N, one stage per GPU).
 Run it after the CPU stages have prepared tables and tokenizer, e.g. for the released weights:
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from devices import PEAK_BF16
 from results_file import add_option, recording
-from train_throughput import PEAK_BF16
 
 from gpt1 import bpe
 from gpt1.config import load_params

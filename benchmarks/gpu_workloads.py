@@ -41,7 +41,7 @@ from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.registry import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_PRETRAIN = {"batch_seqs": 64, "micro_batch_seqs": "auto", "seq_len": 512,
+PAPER_PRETRAIN: dict[str, Any] = {"batch_seqs": 64, "micro_batch_seqs": "auto", "seq_len": 512,
                   "compile": True, "precision": "auto"}
 """configs/paper.yaml's pre-training batch split (tests/unit/benchmarks/test_gpu_check.py keeps
 them equal)."""
@@ -77,7 +77,7 @@ def synchronizing_calls(device: torch.device) -> Iterator[list[traceback.StackSu
 
     def note(message: Any, *_: Any, **__: Any) -> None:
         if "synchroniz" in str(message):
-            calls.append(traceback.extract_stack()[:-1])
+            calls.append(traceback.StackSummary.from_list(traceback.extract_stack()[:-1]))
 
     torch.cuda.set_sync_debug_mode("warn")
     try:
@@ -244,8 +244,9 @@ def transformers_rate(device: torch.device, compile_: bool, rows: int, seq: int,
         return None
     torch._dynamo.reset()
     cfg = OpenAIGPTConfig(vocab_size=vocab, n_positions=seq, n_embd=768, n_layer=12, n_head=12)
-    model: Any = OpenAIGPTLMHeadModel(cfg).to(device).train()
-    step_model = torch.compile(model) if compile_ else model
+    model: Any = OpenAIGPTLMHeadModel(cfg)
+    model = model.to(device).train()
+    step_model: Any = torch.compile(model) if compile_ else model
     opt = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=True)
     data = torch.randint(0, vocab, (rows, seq), device=device)
 

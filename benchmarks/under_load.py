@@ -47,6 +47,9 @@ def child(params_path: str, steps: int) -> None:
     model = CausalLM(GPT(params.model, 8_192)).train()
     opt = build_optimizer(model, 1e-4, (0.9, 0.999), 1e-8, 0.01)
     precision = resolve_precision(cfg.precision, torch.device("cpu"))
+    if cfg.micro_batch_seqs == "auto":  # a GPU memory probe (gpt1/micro_batch.py)
+        raise SystemExit(f"{params_path}: pretrain.micro_batch_seqs is auto; this CPU benchmark "
+                         "needs a number")
     batch = torch.randint(0, 8_192, (cfg.micro_batch_seqs, cfg.seq_len + 1))
     times = []
     for i in range(steps + 1):

@@ -50,6 +50,9 @@ def train(steps: int, precision: str, backend: str | None) -> str:
     opt = build_optimizer(lm, pre.lr_max, (pre.adam_beta1, pre.adam_beta2), pre.adam_eps,
                           pre.weight_decay)
     data = torch.Generator().manual_seed(params.seed)
+    if pre.micro_batch_seqs == "auto":  # a GPU memory probe (gpt1/micro_batch.py)
+        raise SystemExit("params.yaml: pretrain.micro_batch_seqs is auto; this CPU benchmark "
+                         "needs a number")
     micro = pre.batch_seqs // pre.micro_batch_seqs
     for step in range(steps):
         batches = [
