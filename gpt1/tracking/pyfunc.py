@@ -39,7 +39,7 @@ def pip_requirements() -> list[str]:
     return [f"{name}=={Version(version(name)).public}" for name in SERVING_PACKAGES]
 
 
-_PYFUNC_CODE = (
+PYFUNC_CODE = (
     "# MLflow models-from-code entry: the model is rebuilt from its files, never unpickled.\n"
     "import mlflow.models\n"
     "from gpt1.tracking.pyfunc import pyfunc_model\n"
@@ -157,7 +157,7 @@ def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: 
     sig = signature(files, tokenizer_dir, example)
     with tempfile.TemporaryDirectory() as tmp:
         code = Path(tmp) / "gpt1_pyfunc.py"
-        code.write_text(_PYFUNC_CODE, encoding="utf-8")
+        code.write_text(PYFUNC_CODE, encoding="utf-8")
         mlflow.set_tracking_uri(tracking_uri)
         with mlflow.start_run(run_id=run_id):
             info = mlflow.pyfunc.log_model(
