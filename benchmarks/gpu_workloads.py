@@ -41,8 +41,8 @@ from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.registry import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_PRETRAIN: dict[str, Any] = {"batch_seqs": 64, "micro_batch_seqs": "auto", "seq_len": 512,
-                  "compile": True, "precision": "auto"}
+PAPER_PRETRAIN: dict[str, Any] = {"batch_seqs": 64, "micro_batch_seqs": "auto",
+                                  "seq_len": 512, "compile": True, "precision": "auto"}
 """configs/paper.yaml's pre-training batch split (tests/unit/benchmarks/test_gpu_check.py keeps
 them equal)."""
 PAPER_FINETUNE = {"batch_size": 32, "lm_coef": 0.5, "compile": True}

@@ -39,7 +39,7 @@ def pip_requirements() -> list[str]:
     return [f"{name}=={Version(version(name)).public}" for name in SERVING_PACKAGES]
 
 
-PYFUNC_CODE = (
+_PYFUNC_CODE = (
     "# MLflow models-from-code entry: the model is rebuilt from its files, never unpickled.\n"
     "import mlflow.models\n"
     "from gpt1.tracking.pyfunc import pyfunc_model\n"
@@ -145,6 +145,22 @@ def signature(files: Path, tokenizer_dir: Path, example: list[dict[str, Any]]) -
     return ModelSignature(inputs=inputs, outputs=inferred.outputs)
 
 
+def log_pyfunc(files: Path, tokenizer_dir: Path, sig: Any, example: list[dict[str, Any]],
+               requirements: list[str] | None, registered_name: str | None = None) -> Any:
+    """mlflow.pyfunc.log_model of the model in `files` and `tokenizer_dir` into the active
+    MLflow run (models-from-code; `requirements` None: MLflow infers them); its ModelInfo."""
+    import mlflow
+
+    with tempfile.TemporaryDirectory() as tmp:
+        code = Path(tmp) / "gpt1_pyfunc.py"
+        code.write_text(_PYFUNC_CODE, encoding="utf-8")
+        return mlflow.pyfunc.log_model(
+            name="model", python_model=str(code),
+            artifacts={"model": str(files), "tokenizer": str(tokenizer_dir)},
+            signature=sig, input_example=pd.DataFrame(example),
+            pip_requirements=requirements, registered_model_name=registered_name)
+
+
 def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: Path,
                     registered_name: str, example: list[dict[str, Any]],
                     description: str) -> str:
@@ -155,16 +171,10 @@ def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: 
     from mlflow import MlflowClient
 
     sig = signature(files, tokenizer_dir, example)
-    with tempfile.TemporaryDirectory() as tmp:
-        code = Path(tmp) / "gpt1_pyfunc.py"
-        code.write_text(PYFUNC_CODE, encoding="utf-8")
-        mlflow.set_tracking_uri(tracking_uri)
-        with mlflow.start_run(run_id=run_id):
-            info = mlflow.pyfunc.log_model(
-                name="model", python_model=str(code),
-                artifacts={"model": str(files), "tokenizer": str(tokenizer_dir)},
-                signature=sig, input_example=pd.DataFrame(example),
-                pip_requirements=pip_requirements(), registered_model_name=registered_name)
+    mlflow.set_tracking_uri(tracking_uri)
+    with mlflow.start_run(run_id=run_id):
+        info = log_pyfunc(files, tokenizer_dir, sig, example, pip_requirements(),
+                          registered_name)
     client = MlflowClient(tracking_uri)
     version = str(info.registered_model_version)
     client.update_registered_model(registered_name, description=description)
