@@ -1,5 +1,6 @@
-"""The report's statistics (numpy only): the run-level hierarchical bootstrap, the tests fixed
-in advance, Holm's adjustment and the minimum detectable effect (MDE) of a design.
+"""The report's statistics (numpy; scipy's t and chi-square for the MDE): the run-level
+hierarchical bootstrap, the tests fixed in advance, Holm's adjustment and the minimum
+detectable effect (MDE) and power of a design under the test actually run.
 
 The unit of analysis is a run: (pre-training seed p, fine-tuning seed f). Every statistic is a
 linear contrast of per-run scores (a difference of two arms, a slope over arms, a weighted
@@ -17,8 +18,10 @@ composite), so one bootstrap serves them all:
 - `superiority` (held = CI above 0 and the same sign in every pre-training seed),
   `non_superiority` (held = "no gain >= margin": the 90 % upper bound below the margin),
   `holm` (step-down adjusted p-values and CI levels for per-task secondary CIs), `mde` and
-  `design_se` (what a design can see at a given power, from variance components; a
-  from-scratch arm's seed term over its F runs, not P F).
+  `power` of the test actually run (from `design_variance`'s components: the examples a
+  normal term, the fine-tuning seeds estimated from F - 1 degrees of freedom, the
+  pre-training seeds outside the conditional CI; a from-scratch arm's seed term over its F
+  runs, not P F).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
+from scipy import special
+from scipy import stats as scipy_stats
 
 CHUNK = 1024
 """Bootstrap draws generated per matrix product (memory: CHUNK x n weights)."""
@@ -231,19 +236,45 @@ def holm(p_values: Sequence[float], alpha: float = 0.05) -> tuple[list[float], l
     return adjusted.tolist(), levels.tolist()
 
 
-def design_se(pretrain_sd: float, seed_sd: float, example_sd: float, n_pretrain: int,
-              n_seeds: int, n_examples: float, n_tasks: int = 1, scratch_arms: int = 0) -> float:
-    """Standard error of a two-arm contrast averaged over n_tasks tasks: per task,
+@dataclass(frozen=True)
+class ContrastVariance:
+    """The sampling variance of a contrast's estimate by source, each treated as the project's
+    test treats it: the examples (resampled: a normal term in the CI), the fine-tuning seeds
+    (estimated from the F seeds' runs: a scaled t with `seed_df` = F - 1 degrees of freedom in
+    the CI, `seed_noise`) and the pre-training seeds (kept fixed: they move the estimate but
+    the CI, conditional on them, leaves them out)."""
+
+    examples: float
+    seeds: float
+    pretrain: float
+    seed_df: int
+
+    @property
+    def se(self) -> float:
+        """The estimate's standard error from every source."""
+        return float(np.sqrt(self.examples + self.seeds + self.pretrain))
+
+    def scaled(self, factor: float) -> ContrastVariance:
+        """The variance of `factor` times the contrast."""
+        f2 = factor ** 2
+        return ContrastVariance(self.examples * f2, self.seeds * f2, self.pretrain * f2,
+                                self.seed_df)
+
+
+def design_variance(pretrain_sd: float, seed_sd: float, example_sd: float, n_pretrain: int,
+                    n_seeds: int, n_examples: float, n_tasks: int = 1,
+                    scratch_arms: int = 0) -> ContrastVariance:
+    """Variance of a two-arm contrast averaged over n_tasks tasks: per task,
     between-pre-training variance / P + the seed term + per-example variance / n (examples
-    are shared by the runs, so their term does not shrink with runs), tasks independent.
+    are shared by the runs, so their term does not shrink with runs), tasks independent; the
+    seed term is estimated from the F fine-tuning seeds (F - 1 degrees of freedom).
 
     `seed_sd` is the sd of a per-run arm difference, so each arm carries half its variance,
     divided by that arm's independent runs (`seed_term`): P F for a pre-trained arm, F for a
     from-scratch arm (it has no pre-training seed; `scratch_arms` of the two are)."""
-    per_task = (pretrain_sd ** 2 / n_pretrain
-                + seed_term(seed_sd, n_pretrain, n_seeds, scratch_arms)
-                + example_sd ** 2 / n_examples)
-    return float(np.sqrt(per_task / n_tasks))
+    return ContrastVariance(example_sd ** 2 / n_examples / n_tasks,
+                            seed_term(seed_sd, n_pretrain, n_seeds, scratch_arms) / n_tasks,
+                            pretrain_sd ** 2 / n_pretrain / n_tasks, max(n_seeds - 1, 0))
 
 
 def seed_term(seed_sd: float, n_pretrain: int, n_seeds: int, scratch_arms: int = 0) -> float:
@@ -256,22 +287,66 @@ def seed_term(seed_sd: float, n_pretrain: int, n_seeds: int, scratch_arms: int =
     return sum(seed_sd ** 2 / 2 / r for r in runs)
 
 
-def mde(se: float, power: float, level: float = 0.95, one_sided: bool = False) -> float:
-    """Minimum detectable effect: the true contrast a test at `level` (two-sided, or one-sided
-    at 1 - level) detects with probability `power`, given the contrast's standard error."""
-    z = NormalDist()
-    alpha = 1.0 - level
-    crit = z.inv_cdf(1.0 - (alpha if one_sided else alpha / 2.0))
-    return float((crit + z.inv_cdf(power)) * se)
+QUADRATURE = 128
+"""Equal-probability nodes over the chi-square of an estimated seed variance."""
 
 
-def power(effect: float, se: float, level: float = 0.95) -> float:
-    """Probability that a two-sided test at `level` finds a true contrast `effect` above 0,
-    given the contrast's standard error (the inverse of `mde`)."""
-    z = NormalDist()
-    if se <= 0:
+@functools.lru_cache(maxsize=16)
+def _chi_nodes(df: int) -> np.ndarray:
+    """Midpoint quantiles of chi-square(df) / df: E[g(W)] ~ the mean of g over these nodes."""
+    u = (np.arange(QUADRATURE) + 0.5) / QUADRATURE
+    return np.asarray(scipy_stats.gamma.ppf(u, a=df / 2.0, scale=2.0 / df), dtype=float)
+
+
+@functools.lru_cache(maxsize=256)
+def _critical(var: ContrastVariance, level: float) -> np.ndarray:
+    """The CI's half-width on one side, the (1 + level) / 2 quantile of the bootstrap's draw
+    N(0, examples) + sqrt(s^2) t_df, at each node of the estimated seed variance s^2 =
+    seeds x W' (W' ~ chi-square(df) / df, independent of the estimate): the quantile is
+    found by bisection of E_W[Phi(x / sqrt(examples + s^2 / W))], all nodes at once."""
+    p = (1.0 + level) / 2.0
+    z = NormalDist().inv_cdf(p)
+    if var.seeds <= 0 or var.seed_df < 1:
+        return np.array([z * np.sqrt(var.examples)])
+    w = _chi_nodes(var.seed_df)
+    s2 = var.seeds * w                                   # the estimate's seed variance
+    scale = np.sqrt(var.examples + s2[:, None] / w[None, :])   # (estimates, t's mixing)
+    low = np.full(len(s2), z * np.sqrt(var.examples))
+    high = z * scale.max(axis=1) + 1e-12
+    for _ in range(60):
+        mid = (low + high) / 2.0
+        below = special.ndtr(mid[:, None] / scale).mean(axis=1) < p
+        low, high = np.where(below, mid, low), np.where(below, high, mid)
+    return (low + high) / 2.0
+
+
+def power(effect: float, var: ContrastVariance, level: float = 0.95) -> float:
+    """Probability that the project's test finds a true contrast `effect` > 0: the bound of
+    its `level` CI on the near side of 0 lies beyond 0 (superiority: the 95 % CI's lower
+    bound above 0; a non-superiority test reads the 90 % CI's upper bound against its margin,
+    the same event shifted). The estimate ~ N(effect, se^2); the CI's width follows the
+    seed variance estimated from F - 1 degrees of freedom (`_critical`): with 3 seeds its t
+    has a 97.5 % quantile of 4.30, where a normal theory uses 1.96."""
+    if var.se <= 0:
         return 1.0 if effect > 0 else 0.0
-    return float(z.cdf(effect / se - z.inv_cdf(1.0 - (1.0 - level) / 2.0)))
+    crit = _critical(var, level)
+    return float(np.mean(special.ndtr((effect - crit) / var.se)))
+
+
+def mde(var: ContrastVariance, power_goal: float, level: float = 0.95) -> float:
+    """Minimum detectable effect: the true contrast the project's test at `level` (`power`)
+    detects with probability `power_goal`."""
+    if var.se <= 0:
+        return 0.0
+    crit = _critical(var, level)
+    low, high = 0.0, float(crit.max()) + 10.0 * var.se
+    for _ in range(80):
+        mid = (low + high) / 2.0
+        if np.mean(special.ndtr((mid - crit) / var.se)) < power_goal:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2.0
 
 
 def paired_example_sd(p_a: float, p_b: float) -> float:

@@ -73,10 +73,12 @@ def layers_finding(params: Params, metrics: Metrics,
     sd = params.report.design_sd
     n_pre, n_ft = design(points)
     n_eval = float(np.mean([recs[t][ks[0]].get("n_eval", 0) or 1 for t in tasks]))
-    se_point = stats.design_se(sd.pretrain, sd.seed, math.sqrt(sd.accuracy * (1 - sd.accuracy)),
-                               max(n_pre, 1), max(n_ft, 1), n_eval, len(tasks))
+    var_point = stats.design_variance(sd.pretrain, sd.seed,
+                                      math.sqrt(sd.accuracy * (1 - sd.accuracy)),
+                                      max(n_pre, 1), max(n_ft, 1), n_eval, len(tasks))
     centred = np.asarray(ks, float) - np.mean(ks)
-    mde = stats.mde(n_layer * se_point / math.sqrt(float(centred @ centred)), params.report.power)
+    mde = stats.mde(var_point.scaled(n_layer / math.sqrt(float(centred @ centred))),
+                    params.report.power)
     test_word = NO_CI if b is None else stats.superiority(b)
     flagged, counts = k_flags(params, recs, tasks, ks)
     verdict = final_verdict(test_word, flagged)
@@ -208,8 +210,9 @@ def zeroshot_finding(params: Params, metrics: Metrics,
         above, rising = stats.superiority(b_final), stats.superiority(b_slope)
         verdict = ("held" if above == rising == "held" else
                    "not held" if "not held" in (above, rising) else "inconclusive")
-    mde = stats.mde(composite_se(params, recs[0], len(recs)) * math.sqrt(float(v @ v)),
-                    params.report.power)
+    examples_only = stats.ContrastVariance(composite_se(params, recs[0], len(recs)) ** 2,
+                                           0.0, 0.0, 0)
+    mde = stats.mde(examples_only.scaled(math.sqrt(float(v @ v))), params.report.power)
     n_pre, _ = design(slope_pts)
     ci = ("n/a" if b_final is None or b_slope is None else
           conditional(f"final 95 % CI [{b_final.ci.low:+.3f}, {b_final.ci.high:+.3f}], slope "

@@ -43,20 +43,23 @@ is on QNLI, QQP and MNLI (105k-393k examples), its loss on CoLA, SST-2, MRPC, ST
 SCRATCH_WORDING = ("\"we also compare with our transformer architecture directly trained on "
                    "supervised target tasks, without pre-training\" (paper §5, Ablation "
                    "studies); it does not say whether that row keeps the auxiliary LM objective")
+
+
 def row_mde(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
             one_sided: bool = False, scratch_arms: int = 0) -> float:
     """MDE (report.power) of a two-arm contrast in this design, from the declared variance
     components (report.design_sd) and the binomial per-example variance; `scratch_arms` of
-    the two arms are from scratch (their seed term is over F runs, not P F)."""
-    return stats.mde(row_se(params, n_pre, n_ft, n_eval, n_tasks, scratch_arms),
-                     params.report.power, 0.90 if one_sided else 0.95, one_sided)
+    the two arms are from scratch (their seed term is over F runs, not P F); `one_sided`:
+    the non-superiority test's bound of its 90 % CI (gpt1.stats.non_superiority)."""
+    return stats.mde(row_variance(params, n_pre, n_ft, n_eval, n_tasks, scratch_arms),
+                     params.report.power, 0.90 if one_sided else 0.95)
 
 
-def row_se(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
-           scratch_arms: int = 0) -> float:
-    """Design standard error of a two-arm contrast (gpt1.stats.design_se, report.design_sd)."""
+def row_variance(params: Params, n_pre: int, n_ft: int, n_eval: float, n_tasks: int,
+                 scratch_arms: int = 0) -> stats.ContrastVariance:
+    """Design variance of a two-arm contrast (gpt1.stats.design_variance, report.design_sd)."""
     sd = params.report.design_sd
-    return stats.design_se(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy,
+    return stats.design_variance(sd.pretrain, sd.seed, stats.paired_example_sd(sd.accuracy,
                                                                          sd.accuracy),
                            max(n_pre, 1), max(n_ft, 1), max(n_eval, 1.0), max(n_tasks, 1),
                            scratch_arms)
@@ -86,7 +89,7 @@ def power_text(params: Params, better: str, worse: str, tasks: Sequence[str], n_
     if not gaps:
         return ""
     mean = sum(gaps.values()) / len(gaps)
-    chance = stats.power(mean, row_se(params, n_pre, n_ft, n_eval, len(tasks), scratch_arms))
+    chance = stats.power(mean, row_variance(params, n_pre, n_ft, n_eval, len(tasks), scratch_arms))
     return (" Power (this design, 95 % two-sided) to find the paper's own gap ("
             + ", ".join(f"{t.upper()} {100 * g:+.1f}" for t, g in gaps.items())
             + (f"; mean {100 * mean:+.1f}" if len(gaps) > 1 else "")

@@ -37,7 +37,7 @@ from gpt1.report.estimates import (
     saved_findings,
 )
 from gpt1.report.figure2 import at_floors, layer_curves, zeroshot_curves
-from gpt1.report.findings import evaluate_findings, harmonic_n, paper_gap, row_mde, row_se
+from gpt1.report.findings import evaluate_findings, harmonic_n, paper_gap, row_mde, row_variance
 
 DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
 
@@ -115,16 +115,21 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
     sd = runs[0][2].report.design_sd if runs else None
     if sd is not None:
         params = runs[0][2]
+        z_mde = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(params.report.power)
         lines += ["", f"Declared (`report.design_sd`): pre-training {100 * sd.pretrain:.2f}, "
                   f"seed {100 * sd.seed:.2f}, accuracy {100 * sd.accuracy:.0f}. MDE at "
                   f"{100 * params.report.power:.0f} % power of the mean of two confirmatory "
-                  "tasks (gpt1.stats.design_se, gpt1.stats.mde): SE² = per task (σ_p² / P + "
+                  "tasks (gpt1.stats.design_variance, gpt1.stats.mde): SE² = per task (σ_p² / P + "
                   "σ_f² / 2 × (1 / R₁ + 1 / R₂) + σ_e² / n), divided by the number of tasks, "
                   "where σ_f is the sd of a per-run arm difference, so each arm carries half "
                   "of it over its own independent runs R: P F for a pre-trained arm, F for a "
                   "from-scratch arm (no pre-training seed; (a)'s row 2), so (a)'s MDE exceeds "
-                  "(e)'s when P > 1; σ_e² = 2 × accuracy × (1 − accuracy); MDE = (z₀.₉₇₅ + "
-                  f"z_power) SE, z_power = {NormalDist().inv_cdf(params.report.power):.2f}.",
+                  "(e)'s when P > 1; σ_e² = 2 × accuracy × (1 − accuracy). MDE and power are "
+                  "those of the test actually run: the estimate ~ N(δ, SE²) against its CI, "
+                  "whose seed term is estimated from the F seeds (a t with F − 1 degrees of "
+                  "freedom, 97.5 % quantile 4.30 at F = 3) and whose pre-training term is "
+                  "left out (the CI is conditional on the pre-trained models); not (z₀.₉₇₅ + "
+                  f"z_power) SE = {z_mde:.2f} SE, which assumes a known SE.",
                   "",
                   "| design | pre-training x fine-tuning seeds | n_eval SST-2, QNLI (harmonic "
                   "mean) | (a) MDE, mean (points) | (e) MDE, mean (points) | SST-2 alone: (a), "
@@ -140,7 +145,7 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
                      for n in ns]
             one = row_mde(params, n_pre, n_ft, n_eval, 2, one_sided=True)
             powers = [stats.power(float(np.mean(list(g.values()))),
-                                  row_se(params, n_pre, n_ft, n_eval, 2, k)) if g else None
+                                  row_variance(params, n_pre, n_ft, n_eval, 2, k)) if g else None
                       for g, k in ((paper_gap(params, "full", v, DESIGN_TASKS), k)
                                    for v, k in (("scratch", 1), ("lstm", 0)))]
             lines.append(f"| {label} | {n_pre} x {n_ft} | {ns[0]:,}, {ns[1]:,} ({n_eval:,.0f}) "

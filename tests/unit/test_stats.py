@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
 import pytest
 from scipy import stats as scipy_stats
@@ -163,13 +165,21 @@ def test_holm_adjusts_in_step_down_order() -> None:
 
 
 def test_mde_of_a_design() -> None:
-    """MDE = (z_0.975 + z_0.8) x SE = 2.80 SE; more runs shrink the seed terms only."""
-    assert stats.mde(1.0, 0.8) == pytest.approx(2.8016, abs=1e-3)
-    assert stats.mde(1.0, 0.8, level=0.95, one_sided=True) == pytest.approx(2.486, abs=1e-3)
-    big = stats.design_se(0.02, 0.02, 0.7, 1, 3, 872)
-    more = stats.design_se(0.02, 0.02, 0.7, 2, 3, 872)
-    assert more < big
-    assert stats.design_se(0, 0, 0.7, 2, 3, 872) == pytest.approx(0.7 / np.sqrt(872))
+    """With every seed term known (no seeds, or many) the MDE is the normal theory's
+    (z_0.975 + z_0.8) x SE = 2.80 SE, and 2.49 SE for the bound of a 90 % CI; with 3
+    fine-tuning seeds the CI's t term of 2 degrees of freedom makes it much larger; more runs
+    shrink the seed terms only."""
+    known = stats.ContrastVariance(1.0, 0.0, 0.0, 0)
+    assert stats.mde(known, 0.8) == pytest.approx(2.8016, abs=2e-3)
+    assert stats.mde(known, 0.8, level=0.90) == pytest.approx(2.486, abs=2e-3)
+    many = stats.ContrastVariance(0.5, 0.5, 0.0, 10_000)
+    assert stats.mde(many, 0.8) == pytest.approx(2.8016, abs=5e-3)
+    three = stats.ContrastVariance(0.0, 1.0, 0.0, 2)
+    assert stats.mde(three, 0.8) > 1.5 * stats.mde(known, 0.8)
+    big = stats.design_variance(0.02, 0.02, 0.7, 1, 3, 872)
+    more = stats.design_variance(0.02, 0.02, 0.7, 2, 3, 872)
+    assert more.se < big.se and more.examples == big.examples and more.seed_df == 2
+    assert stats.design_variance(0, 0, 0.7, 2, 3, 872).se == pytest.approx(0.7 / np.sqrt(872))
     assert stats.paired_example_sd(0.6, 0.6) == pytest.approx(np.sqrt(0.48))
     assert stats.slope_weights([0, 1, 2, 3, 4]) @ np.array([1, 2, 3, 4, 5.0]) == \
         pytest.approx(1.0)
@@ -258,6 +268,39 @@ def test_a_run_shared_by_both_pretraining_seeds_counts_once_per_fine_tuning_seed
 def test_power_is_the_inverse_of_the_mde() -> None:
     """At the MDE of a design the power is the one it was stated at; the paper's SST-2 gap of
     (e), 0.8 points, has little power at a standard error of 2 points."""
-    se = 0.02
-    assert stats.power(stats.mde(se, 0.8), se) == pytest.approx(0.8)
-    assert stats.power(0.008, se) < 0.1 and stats.power(0.0, 0.0) == 0.0
+    var = stats.ContrastVariance(0.0002, 0.0002, 0.0, 2)
+    assert stats.power(stats.mde(var, 0.8), var) == pytest.approx(0.8, abs=1e-3)
+    assert stats.power(0.008, var) < 0.1
+    assert stats.power(0.0, stats.ContrastVariance(0.0, 0.0, 0.0, 0)) == 0.0
+
+
+@pytest.mark.parametrize("n_seeds, effect", [(3, 0.04), (8, 0.03)])
+def test_power_matches_a_simulation_of_the_test_the_report_runs(n_seeds: int,
+                                                                effect: float) -> None:
+    """The power the plan prints is the rate at which the report's own test (`hierarchical`
+    with its t seed term, then `superiority`) holds on simulated studies with the declared
+    variance components: 2 pre-training x F fine-tuning seeds, paired examples (one normal
+    resample term shared by the runs), a from-scratch arm (seed term over F runs). The normal
+    theory's power overstates it with 3 seeds."""
+    sd_pre, sd_seed, sd_ex, n_pre, n = 0.01, 0.025, 0.65, 2, 3000
+    var = stats.design_variance(sd_pre, sd_seed, sd_ex, n_pre, n_seeds, n, 1, scratch_arms=1)
+    rng = np.random.default_rng(7)
+    studies, draws, held = 1500, 600, 0
+    pt = np.repeat(np.arange(n_pre), n_seeds)
+    ft = np.tile(np.arange(n_seeds), n_pre)
+    for i in range(studies):
+        pre = rng.normal(0.0, sd_pre, n_pre)[pt]
+        # full - scratch per run: the full arm's seed error per (p, f), the scratch arm's per f
+        seed = (rng.normal(0.0, sd_seed / np.sqrt(2), n_pre * n_seeds)
+                + rng.normal(0.0, sd_seed / np.sqrt(2), n_seeds)[ft])
+        examples = rng.normal(0.0, sd_ex / np.sqrt(n))
+        point = effect + pre + seed + examples
+        resample = rng.normal(0.0, sd_ex / np.sqrt(n), (draws, 1))
+        b = stats.hierarchical(point, point[None, :] + resample, pt, seed=i, finetune=ft)
+        held += b.ci.low > 0
+    rate, predicted = held / studies, stats.power(effect, var)
+    assert abs(rate - predicted) < 3 * np.sqrt(predicted * (1 - predicted) / studies) + 0.01, \
+        (rate, predicted)
+    normal_theory = NormalDist().cdf(effect / var.se - NormalDist().inv_cdf(0.975))
+    if n_seeds == 3:
+        assert normal_theory > predicted + 0.1 and normal_theory > rate + 0.1

@@ -136,7 +136,7 @@ def test_the_seed_term_counts_a_from_scratch_arms_runs_once_per_fine_tuning_seed
     assert stats.seed_term(sd, p, f) == pytest.approx(sd ** 2 / (p * f))
     assert stats.seed_term(sd, p, f, 1) == pytest.approx(sd ** 2 / 2 / (p * f) + sd ** 2 / 2 / f)
     assert stats.seed_term(sd, 1, f, 1) == pytest.approx(stats.seed_term(sd, 1, f))  # P = 1
-    se = stats.design_se(0.01, sd, 0.7, p, f, 872, 1, scratch_arms=1)
+    se = stats.design_variance(0.01, sd, 0.7, p, f, 872, 1, scratch_arms=1).se
     assert se == pytest.approx((0.01 ** 2 / p + stats.seed_term(sd, p, f, 1) + 0.49 / 872)
                                ** 0.5)
     with pytest.raises(ValueError, match="scratch_arms"):
@@ -156,5 +156,5 @@ def test_finding_a_prints_the_mde_and_power_of_its_from_scratch_arm(make_params,
     assert f"{100 * scratch:.1f}" != f"{100 * pooled:.1f}"
     assert f.mde == f"{100 * scratch:.1f} points", f.line
     gap = (findings.paper_gap(params, "full", "scratch", ["sst2"]) or {})["sst2"]
-    power = stats.power(gap, findings.row_se(params, 2, 3, n, 1, 1))
+    power = stats.power(gap, findings.row_variance(params, 2, 3, n, 1, 1))
     assert f"(SST2 +7.3 points): {100 * power:.0f} %." in f.line

@@ -76,8 +76,8 @@ def test_verdict_table_across_runs(tmp_path: Path) -> None:
     assert "non-learning baseline" not in text
     assert "(e) mean of SST2 +0.8, QNLI +7.0 |" in text  # the paper's gap of (e), with its power
     # (a)'s from-scratch arm has 3 independent runs, not 6: its MDE exceeds (e)'s at 2 x 3
-    assert "| study v2 and v3 plans (full pools) | 2 x 3 | 872, 5,732 (1,514) | 4.4 | 4.1 |" in text
-    assert "| old study (capped pools) | 1 x 3 | 872, 1,000 (932) | 5.5 | 5.5 |" in text
+    assert "| study v2 and v3 plans (full pools) | 2 x 3 | 872, 5,732 (1,514) | 5.8 | 5.1 |" in text
+    assert "| old study (capped pools) | 1 x 3 | 872, 1,000 (932) | 7.0 | 7.0 |" in text
     assert "old design" in text and f"--run new={new}" in text
 
 
