@@ -4,7 +4,10 @@ floor) and the pre-training-compute curve (fine-tuned accuracy vs the pre-traini
 run started from), each point with its 95 % run-level bootstrap band, the compute curve's
 slope test over the checkpoints after warm-up and, apart, step 0 vs the final checkpoint.
 Read from the records of the curve_n, curve_floor and curve_step stages (gpt1/stages/curves.py)
-and their per-example prediction files."""
+and their per-example prediction files. Every point goes through the findings' flag rule
+(`contrasts.arm_flags`: at least half its runs answer one class, or its CI does not clear the
+majority baseline): a flagged point is marked in the tables and drawn hollow, the slope is
+fitted over unflagged points only, and a contrast with a flagged point says so."""
 
 from __future__ import annotations
 
@@ -20,12 +23,14 @@ from gpt1.records import Metrics, RunKey, record_runs
 from gpt1.report.contrasts import (
     RunPreds,
     Term,
+    arm_flags,
     component_term,
     distinct_runs,
     read_predictions,
     run_contrast,
 )
 from gpt1.report.estimates import component
+from gpt1.report.figure2 import scored_key
 
 FLOOR_ARM = "bow"
 """The floor's line of the labelled-data curve (gpt1.floor.VARIANT)."""
@@ -36,13 +41,15 @@ FIGURE = "curves.png"
 @dataclass(frozen=True)
 class Point:
     """One point of a curve: its x (n, or the pre-training step), the mean over its runs and
-    the 95 % run-level bootstrap CI (None: no prediction files), and how many runs."""
+    the 95 % run-level bootstrap CI (None: no prediction files), how many runs, and why it
+    is flagged (`contrasts.arm_flags`; empty: not flagged)."""
 
     x: int
     mean: float
     low: float | None
     high: float | None
     runs: int
+    flags: tuple[str, ...] = ()
 
 
 def _stem_records(metrics: Metrics, prefix: str) -> list[dict[str, Any]]:
@@ -86,12 +93,14 @@ def _point(params: Params, task: str, x: int, recs: Sequence[Mapping[str, Any]]
     if not recs or not all("scores" in m for m in recs):
         return None
     runs = _runs(recs)
+    flags = tuple(arm_flags({task: dict(recs[0])}, f"{task}.{scored_key(recs[0])}", runs,
+                            params))
     b = (run_contrast([component_term(runs, component(task), 1.0)], params)
          if runs else None)
     if b is None:
         mean, n_runs = _record_mean(recs, task)
-        return Point(x, mean, None, None, n_runs)
-    return Point(x, b.ci.estimate, b.ci.low, b.ci.high, b.runs)
+        return Point(x, mean, None, None, n_runs, flags)
+    return Point(x, b.ci.estimate, b.ci.low, b.ci.high, b.runs, flags)
 
 
 def label_curve(params: Params, metrics: Metrics, task: str) -> dict[str, list[Point]]:
@@ -149,10 +158,11 @@ def _term(task: str, recs: Sequence[Mapping[str, Any]], weight: float) -> Term |
 def compute_slope(params: Params, metrics: Metrics, task: str
                   ) -> tuple[stats.RunBootstrap | None, list[int]]:
     """(the hierarchical bootstrap of the least-squares slope of accuracy over log10(step),
-    over the runs every checkpoint has; the steps it is fitted over: `slope_steps`). None
-    with fewer than two such checkpoints or without prediction files."""
+    over the runs every checkpoint has; the steps it is fitted over: `slope_steps` less the
+    flagged points). None with fewer than two such checkpoints or without prediction files."""
     every = compute_records(params, metrics, task)
-    steps = slope_steps(params, [s for s, _ in every])
+    flagged = {p.x for p in compute_curve(params, metrics, task) if p.flags}
+    steps = [s for s in slope_steps(params, [s for s, _ in every]) if s not in flagged]
     points = [(s, recs) for s, recs in every if s in steps]
     if len(points) < 2:
         return None, steps
@@ -183,7 +193,22 @@ def _pts(v: float | None) -> str:
 
 def _band(p: Point) -> str:
     ci = "" if p.low is None else f" [{_pts(p.low)}, {_pts(p.high)}]"
-    return f"{_pts(p.mean)}{ci} ({p.runs} runs)"
+    return f"{_pts(p.mean)}{ci} ({p.runs} runs){FLAG_MARK if p.flags else ''}"
+
+
+FLAG_MARK = " †"
+"""Marks a flagged point in the curve tables."""
+
+
+def flag_lines(what: str, points: Sequence[tuple[str, Point]]) -> list[str]:
+    """One line naming every flagged point of a curve with its reasons, or saying none is."""
+    flagged = [f"{label}: {'; '.join(p.flags)}" for label, p in points if p.flags]
+    if not flagged:
+        return [f"Flags ({what}; the findings' rule: ≥ half the runs one class, or the CI "
+                "not above the majority baseline): no point flagged."]
+    return [f"Flags ({what}; the findings' rule: ≥ half the runs one class, or the CI not "
+            f"above the majority baseline){FLAG_MARK}: " + " · ".join(flagged)
+            + ". A flagged point did not learn the task; no contrast rests on it unmarked."]
 
 
 def curves_section(params: Params, metrics: Metrics) -> list[str]:
@@ -208,12 +233,15 @@ def curves_section(params: Params, metrics: Metrics) -> list[str]:
             for arm, pts in labels.items():
                 by_n = {p.x: _band(p) for p in pts}
                 out.append(f"| {arm} | " + " | ".join(by_n.get(n, "—") for n in ns) + " |")
-            out.append("")
+            out += ["", *flag_lines("labelled-data curve",
+                                    [(f"{arm} n = {p.x:,}", p) for arm, pts in labels.items()
+                                     for p in pts]), ""]
         if compute:
             out += [f"Pre-training-compute curve, {task.upper()} (the `full` recipe on "
                     f"{params.curves.compute_n:,} training examples, fine-tuned from each kept "
                     "checkpoint; x 100): "
                     + "; ".join(f"step {p.x:,}: {_band(p)}" for p in compute) + ".", "",
+                    *flag_lines("compute curve", [(f"step {p.x:,}", p) for p in compute]), "",
                     *compute_tests(params, metrics, task), ""]
     return out
 
@@ -223,10 +251,14 @@ def compute_tests(params: Params, metrics: Metrics, task: str) -> list[str]:
     checkpoint, in words."""
     b, steps = compute_slope(params, metrics, task)
     first = max(params.pretrain.warmup_steps, 1)
-    scope = (f"over the checkpoints at or after the end of warm-up (step {first:,}), as finding "
-             "(d); step 0 (the random init) and the warm-up checkpoints are left out, since "
-             "near x = 0 they would dominate the fit and make it measure \"pre-trained or "
-             "not\" (that is the contrast below)")
+    flagged = {p.x: p for p in compute_curve(params, metrics, task) if p.flags}
+    dropped = [s for s in flagged if s >= first]
+    scope = (f"over the unflagged checkpoints at or after the end of warm-up (step {first:,}), "
+             "as finding (d); step 0 (the random init) and the warm-up checkpoints are left "
+             "out, since near x = 0 they would dominate the fit and make it measure "
+             "\"pre-trained or not\" (that is the contrast below)"
+             + (f"; flagged and left out: step {', '.join(f'{s:,}' for s in dropped)}"
+                if dropped else ""))
     if b is None:
         out = [f"Slope test {scope}: not run ({len(steps)} such checkpoints, steps "
                f"{', '.join(f'{s:,}' for s in steps) or 'none'}; it needs two or more, each "
@@ -245,12 +277,22 @@ def compute_tests(params: Params, metrics: Metrics, task: str) -> list[str]:
     if jump is None:
         return out + ["", f"Step 0 vs the final checkpoint (step {last:,}): not run (prediction "
                       "files absent)."]
+    ends = [f"step {s:,} is flagged ({'; '.join(flagged[s].flags)})"
+            for s in (0, last) if s in flagged]
+    caveat = (f" It compares against a flagged point: {' and '.join(ends)}, so it measures "
+              "a recipe that did not learn, not pre-training." if ends else "")
     return out + ["", f"Step 0 (the random init) vs the final checkpoint (step {last:,}), a "
                   "separate contrast (final − step 0, paired by run; descriptive, no verdict): "
                   f"{_pts(jump.ci.estimate)} points, 95 % CI [{_pts(jump.ci.low)}, "
                   f"{_pts(jump.ci.high)}], {jump.runs} runs (hierarchical bootstrap, "
-                  "conditional on the pre-trained models)."]
-    return out
+                  f"conditional on the pre-trained models).{caveat}"]
+
+
+def _hollow(ax: Any, points: Sequence[Point], color: Any) -> None:
+    """Redraw flagged points as hollow markers (white face) over their line."""
+    if points:
+        ax.plot([p.x for p in points], [100 * p.mean for p in points], linestyle="none",
+                marker="o", markersize=8, markerfacecolor="white", markeredgecolor=color)
 
 
 def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
@@ -274,6 +316,7 @@ def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
         xs, ys = [p.x for p in pts], [100 * p.mean for p in pts]
         (line,) = left.plot(xs, ys, marker="o", label=arm,
                             linestyle="--" if arm == FLOOR_ARM else "-")
+        _hollow(left, [p for p in pts if p.flags], line.get_color())
         banded = [p for p in pts if p.low is not None and p.high is not None]
         if banded:
             left.fill_between([p.x for p in banded], [100 * (p.low or 0) for p in banded],
@@ -285,13 +328,14 @@ def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
         left.legend()
     if compute:
         xs, ys = [p.x for p in compute], [100 * p.mean for p in compute]
-        right.plot(xs, ys, marker="o")
+        (line,) = right.plot(xs, ys, marker="o")
+        _hollow(right, [p for p in compute if p.flags], line.get_color())
         banded = [p for p in compute if p.low is not None and p.high is not None]
         if banded:
             right.fill_between([p.x for p in banded], [100 * (p.low or 0) for p in banded],
                                [100 * (p.high or 0) for p in banded], alpha=0.2)
     right.set(xscale="symlog", xlabel="pre-training updates", ylabel="accuracy (%)",
-              title=f"{name}: fine-tuned from each checkpoint")
+              title=f"{name}: fine-tuned from each checkpoint (hollow: flagged)")
     fig.tight_layout()
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=params.report.figure_dpi)

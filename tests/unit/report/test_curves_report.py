@@ -58,6 +58,35 @@ def test_the_slope_is_fitted_after_warm_up_and_step_0_is_its_own_contrast(
     assert "3 checkpoints (steps 10, 100, 1,000)" in text
     assert "Step 0 (the random init) vs the final checkpoint (step 1,000)" in text
     assert f"{100 * jump.ci.estimate:.1f} points, 95 % CI" in text
+    # step 0 scores the majority share: flagged, and the contrast against it says so
+    assert "It compares against a flagged point: step 0 is flagged (CI not above majority" \
+        in text
+    flags = next(line for line in text.splitlines() if line.startswith("Flags (compute curve"))
+    assert "step 0: CI not above majority 50.0" in flags and "step 10: " not in flags
+
+
+def test_a_flagged_checkpoint_is_marked_and_left_out_of_the_slope(curve_params,
+                                                                  tmp_path: Path) -> None:
+    """A checkpoint whose runs answer at the majority share (step 100 here) is flagged by the
+    findings' rule: marked in the table, named in the flags line, and the slope is fitted
+    over the unflagged checkpoints only (a slope through a non-learning point would say
+    "held" about a recipe that did not learn)."""
+    metrics = _compute_records(tmp_path)
+    root = tmp_path / "collapsed"
+    root.mkdir()
+    rec = preds_json(root, "full", "sst2", [0.5, 0.5, 0.5], 400)
+    rec.update(pretrain_seed=0, seeds=[0, 1, 2], pretrain_step=100, init="pretrained")
+    metrics["curve_step_sst2_3_p0"] = rec
+    points = {p.x: p for p in curves.compute_curve(curve_params, metrics, "sst2")}
+    assert points[100].flags and not points[1000].flags and not points[10].flags
+    b, steps = curves.compute_slope(curve_params, metrics, "sst2")
+    assert steps == [10, 1000] and b is not None
+    assert b.ci.estimate == pytest.approx(
+        float(np.polyfit(np.log10(steps), [np.mean(STEPS[s]) for s in steps], 1)[0]))
+    text = "\n".join(curves.curves_section(curve_params, metrics))
+    assert f"step 100: {curves._band(points[100])}" in text and curves.FLAG_MARK in text
+    assert "flagged and left out: step 100" in text
+    assert "2 checkpoints (steps 10, 1,000)" in text
 
 
 def test_without_a_step_0_checkpoint_the_contrast_is_not_run(curve_params,
