@@ -717,6 +717,9 @@ class ReportCfg(Section):
     gain >= delta" when the 90 % upper bound of (with aux LM - without) is below it."""
     power: Annotated[float, Field(gt=0.0, lt=1.0)]
     """Power at which each design's minimum detectable effect (MDE) is stated."""
+    declared_effect: Annotated[float, Field(gt=0.0, lt=1.0)]
+    """The effect a superiority finding's design is powered for (a fraction: 0.04 = 4
+    points); a finding whose design has less than `power` at it says so beside its verdict."""
     degenerate_frac: Annotated[float, Field(gt=0.5, le=1.0)]
     """A cell whose predictions are at least this fraction one class is flagged (with a cell
     whose CI does not clear the majority baseline): no delta vs the paper is printed for it."""

@@ -195,12 +195,20 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
     alone = {t: row_mde(params, n_pre, n_ft, n, 1, margin is not None, len(scratch))
              for t, n in n_task.items()}
     per_task_mde = ", ".join(f"{t.upper()} {100 * m:.1f}" for t, m in alone.items())
+    declared = ""
     if margin is None:
+        at = stats.power(cfg.declared_effect, row_variance(
+            params, n_pre, n_ft, harmonic_n(list(n_task.values())), len(tasks), len(scratch)))
+        declared = (f" (underpowered: {100 * at:.0f} % power at the declared "
+                    f"{100 * cfg.declared_effect:.1f} points, below the plan's "
+                    f"{100 * cfg.power:.0f} %)" if at < cfg.power else "")
         test_word = NO_CI if b is None else stats.superiority(b)
         test = ("superiority: held = 95 % CI above 0 and the same sign in every pre-training "
                 "seed, not held = CI below 0; margin: none")
         mde_text = (f"{100 * mde:.1f} points"
-                    + (f" (each task alone: {per_task_mde})" if len(tasks) > 1 else ""))
+                    + (f" (each task alone: {per_task_mde})" if len(tasks) > 1 else "")
+                    + f"; power at the declared {100 * cfg.declared_effect:.1f} points: "
+                    f"{100 * at:.0f} %")
         ci = "n/a" if b is None else conditional(f"95 % CI {ci_pts(b.ci)}", n_pre)
     else:
         test_word = NO_CI if b is None else stats.non_superiority(b, margin)
@@ -211,7 +219,7 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
         ci = "n/a" if b is None else conditional(f"90 % CI {ci_pts(b.interval(0.90))}, 95 % CI "
                                                  f"{ci_pts(b.ci)}", n_pre)
     verdict = final_verdict(test_word, flagged)
-    line = (f"- **({tag}) {claim}: {verdict}.** {labels} on the mean of "
+    line = (f"- **({tag}) {claim}: {verdict}.**{declared} {labels} on the mean of "
             f"{', '.join(t.upper() for t in tasks)} = {pts(est)} points over {len(points)} "
             f"runs ({n_pre} pre-training x {n_ft} fine-tuning seeds"
             f"{_scratch_note(params, scratch)}; "

@@ -154,7 +154,24 @@ def test_finding_a_prints_the_mde_and_power_of_its_from_scratch_arm(make_params,
     n = float(metrics["finetune_sst2_p0"]["n_eval"])
     scratch, pooled = (findings.row_mde(params, 2, 3, n, 1, scratch_arms=k) for k in (1, 0))
     assert f"{100 * scratch:.1f}" != f"{100 * pooled:.1f}"
-    assert f.mde == f"{100 * scratch:.1f} points", f.line
+    assert f.mde.startswith(f"{100 * scratch:.1f} points;"), f.line
     gap = (findings.paper_gap(params, "full", "scratch", ["sst2"]) or {})["sst2"]
     power = stats.power(gap, findings.row_variance(params, 2, 3, n, 1, 1))
     assert f"(SST2 +7.3 points): {100 * power:.0f} %." in f.line
+    # 2 x 3 seeds at a seed sd of 8 points: far below 80 % power at the declared 4 points
+    at = stats.power(0.04, findings.row_variance(params, 2, 3, n, 1, 1))
+    assert at < 0.8
+    assert (f": {f.verdict}.** (underpowered: {100 * at:.0f} % power at the declared 4.0 "
+            "points, below the plan's 80 %)") in f.line
+    assert f.mde.endswith(f"; power at the declared 4.0 points: {100 * at:.0f} %")
+
+
+def test_a_design_with_the_plans_power_is_not_called_underpowered(make_params,
+                                                                  tmp_path: Path) -> None:
+    params = make_params({"report": {"bootstrap_samples": 200, "confirmatory_tasks": ["sst2"],
+                                     "declared_effect": 0.5,
+                                     "design_sd": {"pretrain": 0.001, "seed": 0.001,
+                                                   "accuracy": 0.6}}})
+    f = findings.row_finding(params, _table5(tmp_path, scratch_init=True, pretrain_seeds=(0, 1)),
+                             "a", "pre-training helps", "full", "scratch")
+    assert "underpowered" not in f.line and "power at the declared 50.0 points: 100 %" in f.mde
