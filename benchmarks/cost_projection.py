@@ -61,6 +61,11 @@ LOOP_LINE = "pre-training loop"
 SPLIT_LINE = "micro_batch_seqs auto on {gpus} GPU(s)"
 """The GPU check's line for the paper preset's batch split over that many GPUs."""
 RESULTS_NAME = re.compile(r"^gpu_.+_(\d{4}-\d{2}-\d{2})(?:-(\d+))?\.md$")
+LSTM_LINE = "LSTM baseline"
+"""The GPU check's lines for the LSTM (benchmarks/gpu_check.py), at 64 and 8 sequences."""
+FINETUNE_LINE = re.compile(
+    r"fine-tuning RACE-shaped update \((?P<n>\d+) x (?P<k>\d+) x (?P<seq>\d+) tokens.*?\): "
+    r"(?:(?P<rate>[\d,]+) tokens/s|(?P<ms>\d+(?:\.\d+)?) ms)")
 
 
 def finetune_runs(params: Params, train_rows: dict[str, int]) -> dict[str, tuple[int, str]]:
@@ -131,11 +136,8 @@ def device_kind(name: str) -> str | None:
     return next((key for key, _ in PEAK_BF16 if key in name), None)
 
 
-def measured_mfu(results_dir: Path, gpu: str, gpus: int = 1) -> tuple[float, Path, str] | None:
-    """(MFU, file, line) from the newest GPU-check results file measured on a `gpu` device: its
-    line for the paper preset's split over `gpus` GPUs (each GPU's share of the batch, timed on
-    one: the all-reduce is not counted) when it has one, else its pre-training-loop line, else
-    its best MFU line; None without one."""
+def newest_results(results_dir: Path, gpu: str) -> tuple[Path, list[str]] | None:
+    """The newest GPU-check results file measured on a `gpu` device and its lines."""
     found = []
     for path in results_dir.glob("gpu_*.md"):
         named = RESULTS_NAME.match(path.name)
@@ -146,14 +148,76 @@ def measured_mfu(results_dir: Path, gpu: str, gpus: int = 1) -> tuple[float, Pat
     if not found:
         return None
     _, path, text = max(found, key=lambda f: f[0])
-    lines = [(float(m.group(1)) / 100, line.strip()) for line in text.splitlines()
-             if (m := MFU.search(line))]
+    return path, [line.strip() for line in text.splitlines()]
+
+
+def measured_mfu(results_dir: Path, gpu: str, gpus: int = 1) -> tuple[float, Path, str] | None:
+    """(MFU, file, line) from the newest GPU-check results file measured on a `gpu` device: its
+    line for the paper preset's split over `gpus` GPUs (each GPU's share of the batch, timed on
+    one: the all-reduce is not counted) when it has one, else its pre-training-loop line, else
+    its best Transformer MFU line; None without one."""
+    newest = newest_results(results_dir, gpu)
+    if newest is None:
+        return None
+    path, text = newest
+    lines = [(float(m.group(1)) / 100, line) for line in text
+             if (m := MFU.search(line)) and not line.startswith(LSTM_LINE)]
     split = [entry for entry in lines if SPLIT_LINE.format(gpus=gpus) in entry[1]]
     loop = [entry for entry in lines if LOOP_LINE in entry[1]]
     if not (split or loop or lines):
         return None
     mfu, line = max(split or loop or lines)
     return mfu, path, line
+
+
+def measured_lstm_mfu(results_dir: Path, gpu: str, rows: int) -> tuple[float, Path, str] | None:
+    """(MFU, file, line) of the LSTM baseline at micro-batch `rows` in the newest GPU-check
+    results file of a `gpu` device, else at any micro-batch; None when it has none."""
+    newest = newest_results(results_dir, gpu)
+    if newest is None:
+        return None
+    path, text = newest
+    lines = [(float(m.group(1)) / 100, line) for line in text
+             if line.startswith(LSTM_LINE) and (m := MFU.search(line))]
+    exact = [entry for entry in lines if f"micro-batch {rows} x" in entry[1]]
+    if not (exact or lines):
+        return None
+    mfu, line = (exact or lines)[0]
+    return mfu, path, line
+
+
+def measured_finetune_rate(results_dir: Path, gpu: str) -> tuple[float, Path, str] | None:
+    """(tokens/s, file, line) of one GPU's full-context fine-tuning update (the RACE-shaped
+    line: 512-token sequences, as the fan-out counts them) in the newest GPU-check results file
+    of a `gpu` device: its median tokens/s, or its examples x sequences x tokens over its
+    milliseconds (the 2026-11-26 format); None without one."""
+    newest = newest_results(results_dir, gpu)
+    if newest is None:
+        return None
+    path, text = newest
+    for line in text:
+        if (m := FINETUNE_LINE.search(line)) is None:
+            continue
+        if m.group("rate"):
+            return float(m.group("rate").replace(",", "")), path, line
+        tokens = int(m.group("n")) * int(m.group("k")) * int(m.group("seq"))
+        return tokens / (float(m.group("ms")) / 1e3), path, line
+    return None
+
+
+def corpus_line(corpus: int, given: bool, metrics_dir: Path) -> str:
+    """The corpus the projection prices beside the one this workspace's mirror gave
+    (shard_corpus's train tokens)."""
+    record = metrics_dir / "shard_corpus.json"
+    said = "assumed (--corpus-tokens)" if given else f"measured: {record.name}"
+    if not given:
+        return f"corpus: {corpus:,} training tokens an epoch, {said}"
+    if not record.is_file():
+        return (f"corpus: {corpus:,} training tokens an epoch, {said}; the mirror's: no "
+                f"shard_corpus record in {os.path.relpath(metrics_dir)}")
+    mirror = int(json.loads(record.read_text())["tokens"]["train"])
+    return (f"corpus: {corpus:,} training tokens an epoch, {said}; the mirror's: {mirror:,} "
+            f"({record.name}), {mirror / corpus:.1%} of it")
 
 
 def main() -> None:
@@ -172,17 +236,19 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params(args.params)
     cfg = params.pretrain
-    metrics_dir = Path(args.metrics_dir)
-    measured = measured_mfu(Path(args.results_dir), args.gpu, args.gpus)
-    if args.mfu:
-        mfu, source = args.mfu, "given (--mfu)"
-    elif measured:
-        mfu, path, line = measured
-        source = f"measured: {path.name}: {line}"
-    else:
-        where = os.path.relpath(args.results_dir)
-        mfu, source = ASSUMED_MFU, (f"assumed: unmeasured, no GPU-check results file of an "
-                                    f"{args.gpu} in {where}")
+    metrics_dir, results_dir = Path(args.metrics_dir), Path(args.results_dir)
+    where = os.path.relpath(results_dir)
+
+    def source(found: tuple[float, Path, str] | None, otherwise: str) -> tuple[float | None, str]:
+        if args.mfu:
+            return args.mfu, "given (--mfu)"
+        if found:
+            return found[0], f"measured: {found[1].name}: {found[2]}"
+        return None, otherwise
+
+    unmeasured = f"assumed: unmeasured, no GPU-check results file of an {args.gpu} in {where}"
+    mfu, said = source(measured_mfu(results_dir, args.gpu, args.gpus), unmeasured)
+    mfu = ASSUMED_MFU if mfu is None else mfu
     corpus = args.corpus_tokens or json.loads(
         (metrics_dir / "shard_corpus.json").read_text())["tokens"]["train"]
     steps = total_steps_for(cfg, corpus // cfg.seq_len)
@@ -198,11 +264,17 @@ def main() -> None:
           f"{plan['flops_per_token'] / 1e9:.3f} GFLOP/token, {steps:,} updates = "
           f"{plan['tokens'] / 1e9:.2f} G tokens ({corpus:,} per epoch), "
           f"{plan['flops']:.3g} FLOP")
-    print(f"MFU {mfu:.1%}, {source}")
+    print(corpus_line(corpus, bool(args.corpus_tokens), metrics_dir))
+    print(f"MFU {mfu:.1%}, {said}")
     print(f"one {args.gpu} at {peak / 1e12:.0f} TFLOP/s dense bf16 x MFU {mfu:.0%} = "
           f"{rate:,.0f} tokens/s: {plan['hours']:.1f} h ({plan['hours'] / 24:.2f} days)")
+    rows = max(1, cfg.batch_seqs // args.gpus)
+    lstm_mfu, lstm_said = source(measured_lstm_mfu(results_dir, args.gpu, rows),
+                                 "unmeasured: Transformer MFU assumed")
+    lstm_mfu = mfu if lstm_mfu is None else lstm_mfu
+    print(f"LSTM pre-training MFU {lstm_mfu:.1%}, {lstm_said}")
     seeds = 0 if cfg.import_hf is not None else len(cfg.seeds)
-    lstm_hours = plan["hours"] * fpt[names.LSTM] / fpt[names.TRANSFORMER]
+    lstm_hours = plan["hours"] * fpt[names.LSTM] / fpt[names.TRANSFORMER] * mfu / lstm_mfu
     pretrain_hours = seeds * (plan["hours"] + lstm_hours) / args.gpus
     print(f"pre-training on {args.gpus} x {args.gpu} (DDP, linear scaling assumed): {seeds} "
           f"seed(s) x (Transformer {plan['hours'] / args.gpus:.1f} h + LSTM "
@@ -210,14 +282,34 @@ def main() -> None:
           f"{pretrain_hours:.1f} h")
     p = params
     tasks = {*p.finetune.tasks, *p.ablations.tasks, *p.layers.tasks}
-    rows = task_rows(metrics_dir, tasks)
-    if rows is None:
+    task_train = task_rows(metrics_dir, tasks)
+    if task_train is None:
         print(f"fine-tuning: no prepare_task records in {metrics_dir} for every task; run "
               "`dvc repro prepare_task` first")
         return
-    runs = finetune_runs(p, rows)
-    flops = {name: n * fpt[body] for name, (n, body) in runs.items()}
-    hours = fanout_hours(flops, args.gpus, peak * mfu)
+    tuned = measured_finetune_rate(results_dir, args.gpu)
+    one_gpu = measured_mfu(results_dir, args.gpu, 1)
+    if args.mfu:
+        ft_flops, ft_said = peak * args.mfu, "given (--mfu)"
+    elif tuned:
+        ft_flops = tuned[0] * fpt[names.TRANSFORMER]
+        ft_said = f"measured: {tuned[1].name}: {tuned[2]}"
+    elif one_gpu and SPLIT_LINE.format(gpus=1) in one_gpu[2]:
+        ft_flops, ft_said = peak * one_gpu[0], f"measured: {one_gpu[1].name}: {one_gpu[2]}"
+    else:
+        ft_flops, ft_said = peak * mfu, f"assumed: the pre-training MFU ({unmeasured})"
+    lstm_one = measured_lstm_mfu(results_dir, args.gpu, cfg.batch_seqs)
+    flops_per_s = {names.TRANSFORMER: ft_flops,
+                   names.LSTM: peak * (args.mfu or (lstm_one[0] if lstm_one else 0.0))
+                   or ft_flops}
+    print(f"fine-tuning, one GPU a run: Transformer {ft_flops / 1e12:.0f} TFLOP/s "
+          f"(MFU {ft_flops / peak:.1%}), {ft_said}")
+    print(f"fine-tuning, one GPU a run: LSTM {flops_per_s[names.LSTM] / 1e12:.0f} TFLOP/s, "
+          + ("given (--mfu)" if args.mfu else f"measured: {lstm_one[1].name}: {lstm_one[2]}"
+             if lstm_one else "unmeasured: the Transformer's fine-tuning rate assumed"))
+    runs = finetune_runs(p, task_train)
+    seconds = {name: n * fpt[body] / flops_per_s[body] for name, (n, body) in runs.items()}
+    hours = fanout_hours(seconds, args.gpus, 1.0)
     stages: dict[str, int] = {}
     for name in runs:
         stages[name.split("@")[0]] = stages.get(name.split("@")[0], 0) + 1
@@ -227,7 +319,6 @@ def main() -> None:
           f"sequences), one run per GPU on {args.gpus} x {args.gpu}: {hours:.1f} h")
     print(f"in all: {pretrain_hours + hours:.1f} h on {args.gpus} x {args.gpu} "
           f"= {args.gpus * (pretrain_hours + hours):.0f} GPU-hours")
-
 
 if __name__ == "__main__":
     try:

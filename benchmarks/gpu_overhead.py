@@ -6,10 +6,11 @@
 
 Measures on cuda:0 and writes benchmarks/results/gpu-overhead_<device>_<date>.md:
   1. per update of the paper model (compiled, bf16) at micro-batches of 8 (also with CUDA
-     graphs: torch.compile's mode reduce-overhead) and 64 sequences, one
+     graphs: gpt1.graphs, as pretrain.cuda_graphs runs them) and 64 sequences, one
      update each: wall milliseconds, the milliseconds the host takes to enqueue it (no sync:
      near the wall time, the update waits on the host, not the GPU), the GPU's kernel time
-     (torch.profiler) and the top kernels and host operations by their own time;
+     (torch.profiler's kernel rows only, each once: never above the wall) and the top kernels
+     and host operations by their own time;
   2. where each synchronizing CUDA call of a steady update comes from (the repo's frames of
      its Python stack, torch's sync debug mode `warn`), and the same updates under mode
      `error` (a synchronizing call raises where it is made);
@@ -41,13 +42,13 @@ from gpu_workloads import (  # noqa: E402
     compiled,
     gpt,
     pretrain_loop,
-    seeded,
     synchronizing_calls,
 )
 
+from gpt1 import graphs  # noqa: E402
 from gpt1.optim import build_optimizer  # noqa: E402
 from gpt1.runtime import c_compiler, to_device  # noqa: E402
-from gpt1.step import NonFiniteWatch, train_step  # noqa: E402
+from gpt1.step import NonFiniteWatch, seeded_loss, train_step  # noqa: E402
 
 PARTS = ["sync-sites", "sync-error", "zero1", "micro8", "micro8-cudagraphs", "micro64",
          "real-loop"]
@@ -63,6 +64,21 @@ def device_us(avg: Any) -> float:
     return 0.0
 
 
+def is_kernel(avg: Any) -> bool:
+    """A row of the GPU's own timeline that is one kernel (or copy): not a host operation, whose
+    own device time is the time of the kernels it launched, nor a GPU-side annotation (`## Call
+    CompiledFxGraph`, `Optimizer.step#...`) spanning kernels listed in their own rows; summing
+    those too counted GPU time twice ("197 % of the wall")."""
+    return (str(getattr(avg, "device_type", "")).endswith("CUDA")
+            and not getattr(avg, "is_user_annotation", False)
+            and not str(avg.key).startswith("## "))
+
+
+def kernel_ms(averages: list[Any], updates: int) -> float:
+    """GPU milliseconds an update: the kernels' own time only, each counted once."""
+    return sum(device_us(a) for a in averages if is_kernel(a)) / 1e3 / updates
+
+
 def where(frames: list[traceback.FrameSummary]) -> str:
     """The innermost 6 frames of the repo or torch, innermost first."""
     ours = [f for f in frames if str(ROOT) in f.filename or "/torch/" in f.filename]
@@ -73,10 +89,11 @@ def update_breakdown(check: Check, micro: int, cuda: torch.device, can_compile: 
                      mode: str | None = None) -> None:
     """Part 1 at one micro-batch size: wall, host enqueue and GPU kernel time per update;
     `mode`: torch.compile's mode (reduce-overhead: CUDA graphs)."""
-    module = CausalLoss(gpt(gpu_check.PAPER, gpu_check.PAPER_VOCAB, cuda)).train()
-    if mode and can_compile:
+    module: torch.nn.Module = CausalLoss(gpt(gpu_check.PAPER, gpu_check.PAPER_VOCAB,
+                                             cuda)).train()
+    if mode == graphs.MODE and can_compile:
         torch._dynamo.reset()
-        module.compile(mode=mode)
+        module = graphs.graphed(module)  # as the pipeline's pretrain.cuda_graphs
     else:
         compiled(module, can_compile)
     opt = build_optimizer(module, 2.5e-4, (0.9, 0.999), 1e-8, 0.01)
@@ -85,8 +102,8 @@ def update_breakdown(check: Check, micro: int, cuda: torch.device, can_compile: 
     watch = NonFiniteWatch(cuda)
 
     def update(i: int) -> None:
-        out = train_step(module, opt, [(i, to_device(data, cuda))], seeded, 2.5e-4, 1.0, "bf16",
-                         watch.halted)
+        out = train_step(module, opt, [(i, to_device(data, cuda))], seeded_loss, 2.5e-4, 1.0,
+                         "bf16", watch.halted)
         watch.record(i, *out)
 
     for i in range(3):
@@ -107,14 +124,14 @@ def update_breakdown(check: Check, micro: int, cuda: torch.device, can_compile: 
             update(i)
         torch.cuda.synchronize()
     averages = prof.key_averages()
-    gpu_ms = sum(device_us(a) for a in averages) / 1e3 / 3
+    gpu_ms = kernel_ms(list(averages), 3)
     tokens = micro * gpu_check.SEQ
     how = (f"compiled, mode {mode}" if mode else "compiled") if can_compile else "eager"
     check.report(f"micro-batch {micro} x {gpu_check.SEQ} ({how}, "
                  f"bf16): {wall * 1e3:.1f} ms an update ({tokens / wall:,.0f} tokens/s); the "
                  f"host enqueues it in {enqueue / steps * 1e3:.1f} ms; GPU kernels "
-                 f"{gpu_ms:.1f} ms ({gpu_ms / (wall * 1e3):.0%} of the wall)")
-    top_gpu = sorted(averages, key=device_us, reverse=True)[:8]
+                 f"{gpu_ms:.1f} ms ({gpu_ms / (wall * 1e3):.0%} of the wall: the GPU busy)")
+    top_gpu = sorted((a for a in averages if is_kernel(a)), key=device_us, reverse=True)[:8]
     check.report("  top kernels (ms an update): " + "; ".join(
         f"{a.key[:60]} {device_us(a) / 1e3 / 3:.2f}" for a in top_gpu))
     top_cpu = sorted(averages, key=lambda a: a.self_cpu_time_total, reverse=True)[:8]
@@ -195,7 +212,7 @@ def main() -> int:
              "zero1": lambda: zero1_error(check, cuda),
              "micro8": lambda: update_breakdown(check, 8, cuda, can_compile),
              "micro8-cudagraphs": lambda: update_breakdown(check, 8, cuda, can_compile,
-                                                           "reduce-overhead"),
+                                                           graphs.MODE),
              "micro64": lambda: update_breakdown(check, 64, cuda, can_compile),
              "real-loop": lambda: loop_windows(check, cuda)}
     for name in chosen:

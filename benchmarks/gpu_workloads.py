@@ -19,11 +19,13 @@ Every function takes its device, so the CPU tests run the small shapes through t
 from __future__ import annotations
 
 import contextlib
+import statistics
 import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,12 +33,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from gpt1 import micro_batch, names
+from gpt1 import graphs, micro_batch, names
 from gpt1.heads import TaskModel
+from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 from gpt1.optim import build_optimizer
-from gpt1.runtime import to_device
-from gpt1.step import train_step
+from gpt1.runtime import Stopwatch, to_device
+from gpt1.step import micro_batch_seed, seeded_loss, train_step
 from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.registry import TASKS
 
@@ -112,12 +115,6 @@ class CausalLoss(nn.Module):
         return self.lm.lm_losses(self.lm(windows[:, :-1]), windows[:, 1:]).mean()
 
 
-def seeded(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
-    torch.manual_seed(batch[0])
-    out: torch.Tensor = model(batch[1])
-    return out
-
-
 def gpt(cfg: dict[str, Any], vocab: int, device: torch.device) -> GPT:
     torch.manual_seed(0)
     return GPT(SimpleNamespace(**cfg), vocab).to(device)  # type: ignore[arg-type]
@@ -135,37 +132,144 @@ def probe_micro(cfg: dict[str, Any], vocab: int, seq: int, per_rank: int, precis
     return micro_batch.choose(per_rank, measure, budget)
 
 
+WINDOWS, WINDOW_UPDATES = 5, 20
+"""Every rate is the median of WINDOWS windows of WINDOW_UPDATES updates, with its spread."""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """tokens/s of each timed window (the device's clock: CUDA events) and the host's
+    milliseconds to enqueue an update in each (the host clock, no sync)."""
+
+    windows: tuple[float, ...]
+    host_ms: tuple[float, ...]
+    updates: int
+    tokens_per_update: float
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.windows)
+
+    def text(self, update_ms: bool = True) -> str:
+        gpu_ms = self.tokens_per_update / self.median * 1e3
+        host = (f"; an update {gpu_ms:.1f} ms on the device, its host enqueue "
+                f"{statistics.median(self.host_ms):.1f} ms" if update_ms else "")
+        return (f"{self.median:,.0f} tokens/s (median of {len(self.windows)} windows of "
+                f"{self.updates} updates, {min(self.windows):,.0f}-{max(self.windows):,.0f})"
+                f"{host}")
+
+
+def windowed_rate(update: Callable[[int], None], tokens_per_update: int, device: torch.device,
+                  windows: int = WINDOWS, per_window: int = WINDOW_UPDATES, warmup: int = 3
+                  ) -> Rate:
+    """Rate of update(i) over `windows` windows of `per_window` updates after `warmup`: each
+    window timed between two CUDA events (the host clock on the CPU), read after the last."""
+    for i in range(warmup):
+        update(i)
+    sync(device)
+    watch = Stopwatch(device)
+    marks, host = [watch.mark()], []
+    i = warmup
+    for _ in range(windows):
+        t = time.perf_counter()
+        for _ in range(per_window):
+            update(i)
+            i += 1
+        host.append((time.perf_counter() - t) / per_window * 1e3)
+        marks.append(watch.mark())
+    sync(device)
+    rates = tuple(per_window * tokens_per_update / watch.seconds(a, b)
+                  for a, b in zip(marks, marks[1:], strict=False))
+    return Rate(rates, tuple(host), per_window, float(tokens_per_update))
+
+
+def body(cfg: dict[str, Any], vocab: int, device: torch.device) -> nn.Module:
+    """The network of `cfg`: an LSTM section (hidden_size) or a Transformer's."""
+    if "hidden_size" in cfg:
+        torch.manual_seed(0)
+        return LSTMLM(SimpleNamespace(**cfg), vocab).to(device)  # type: ignore[arg-type]
+    return gpt(cfg, vocab, device)
+
+
 def update_rate(cfg: dict[str, Any], vocab: int, seq: int, micro: int, accum: int,
-                precision: str, device: torch.device, compile_: bool, steps: int = 6
-                ) -> tuple[float, float]:
-    """(tokens/s, peak GiB) of updates of `accum` micro-batches of `micro` x seq tokens
-    through train_step, as pre-training runs them (after 2 warm-up updates)."""
+                precision: str, device: torch.device, compile_: bool, cuda_graphs: bool = False,
+                windows: int = WINDOWS, per_window: int = WINDOW_UPDATES) -> tuple[Rate, float]:
+    """(rate, peak GiB) of updates of `accum` micro-batches of `micro` x seq tokens through
+    train_step, as pre-training runs them (seeds from micro_batch_seed, seeded_loss);
+    cuda_graphs: the module graphed as pretrain.cuda_graphs does (gpt1.graphs)."""
     reset_peak(device)
-    module = compiled(CausalLoss(gpt(cfg, vocab, device)).train(), compile_)
+    module: nn.Module = CausalLoss(body(cfg, vocab, device)).train()  # type: ignore[arg-type]
     opt = build_optimizer(module, 2.5e-4, (0.9, 0.999), 1e-8, 0.01)
+    if cuda_graphs:
+        torch._dynamo.reset()
+        module = graphs.graphed(module)
+    else:
+        compiled(module, compile_)
     gen = torch.Generator().manual_seed(0)
     data = torch.randint(0, vocab, (accum, micro, seq + 1), generator=gen)
 
     def update(i: int) -> None:
-        batches = [(i * accum + m, to_device(data[m], device)) for m in range(accum)]
-        train_step(module, opt, batches, seeded, 2.5e-4, 1.0, precision)
+        batches = [(micro_batch_seed(0, i, m), to_device(data[m], device)) for m in range(accum)]
+        train_step(module, opt, batches, seeded_loss, 2.5e-4, 1.0, precision)
 
-    for i in range(2):
-        update(i)
+    rate = windowed_rate(update, accum * micro * seq, device, windows, per_window)
+    return rate, peak_gib(device)
+
+
+def graph_reseeding(cfg: dict[str, Any], vocab: int, seq: int, rows: int, precision: str,
+                    device: torch.device, cuda_graphs: bool, warmup: int = graphs.WARMUP_STEPS
+                    ) -> dict[str, Any]:
+    """The dropout rule under CUDA graphs: at lr 0 (the weights never change) updates of one
+    micro-batch seeded (run seed, step, 0) as pre-training seeds it: the same seed twice gives
+    bitwise-equal losses, another seed another loss; the graphs recorded after warm-up
+    (gpt1.graphs.Recordings). cuda_graphs False: the same through the eager module."""
+    torch._dynamo.reset()
+    module: nn.Module = CausalLoss(body(cfg, vocab, device)).train()  # type: ignore[arg-type]
+    opt = build_optimizer(module, 0.0, (0.9, 0.999), 1e-8, 0.0)
+    if cuda_graphs:
+        module = graphs.graphed(module)
+    windows = to_device(torch.randint(0, vocab, (rows, seq + 1),
+                                      generator=torch.Generator().manual_seed(0)), device)
+    recordings = graphs.Recordings()
+
+    def loss(seed: int, step: int) -> torch.Tensor:
+        with recordings.counting():
+            out = train_step(module, opt, [(micro_batch_seed(seed, step, 0), windows)],
+                             seeded_loss, 0.0, 1.0, precision)
+        return out[0].clone()
+
+    for step in range(warmup):
+        loss(1234, step)
+    warm = recordings.count
+    again = [loss(1234, 7), loss(1234, 7), loss(1235, 7)]
     sync(device)
-    t = time.perf_counter()
-    for i in range(steps):
-        update(i)
-    sync(device)
-    return steps * accum * micro * seq / (time.perf_counter() - t), peak_gib(device)
+    first, same, other = (float(x) for x in again)
+    return {"same_seed_equal": bool(torch.equal(again[0], again[1])),
+            "other_seed_differs": not bool(torch.equal(again[0], again[2])),
+            "loss": first, "other_loss": other, "same_loss": same,
+            "recordings": warm, "rerecordings": recordings.count - warm}
+
+
+def lost_per_checkpoint(windows: list[tuple[int, float]], tokens_per_update: int,
+                        checkpoint_steps: list[int]) -> tuple[float, float]:
+    """(seconds lost per checkpoint, the steady tokens/s) of the loop's log windows [(the
+    update a window ends at, its tokens/s)]: every window's time beyond the median window's
+    (the windows' rate median), summed over the run, over the checkpoints taken."""
+    ends = [windows[0][0] - (windows[1][0] - windows[0][0]) if len(windows) > 1 else 0,
+            *(step for step, _ in windows)]  # the first window as long as the second
+    spans = [b - a for a, b in zip(ends[:-1], ends[1:], strict=True)]
+    steady = statistics.median(rate for _, rate in windows)
+    lost = sum(n * tokens_per_update * (1 / rate - 1 / steady)
+               for n, (_, rate) in zip(spans, windows, strict=True))
+    return max(lost, 0.0) / max(len(checkpoint_steps), 1), steady
 
 
 def finetune_step(cfg: dict[str, Any], vocab: int, task: str, batch: int, k: int, seq: int,
-                  precision: str, device: torch.device, compile_: bool, steps: int = 3
-                  ) -> tuple[float, float]:
-    """(seconds per update, peak GiB) of fine-tuning updates on `batch` examples of k
-    sequences of seq tokens (every position real), the auxiliary LM loss at PAPER_FINETUNE's
-    weight, after one warm-up update."""
+                  precision: str, device: torch.device, compile_: bool,
+                  windows: int = WINDOWS, per_window: int = WINDOW_UPDATES
+                  ) -> tuple[Rate, float]:
+    """(rate in tokens/s, peak GiB) of fine-tuning updates on `batch` examples of k sequences
+    of seq tokens (every position real), the auxiliary LM loss at PAPER_FINETUNE's weight."""
     reset_peak(device)
     spec = TASKS[task]
     model = compiled(TaskModel(gpt(cfg, vocab, device), spec, 0.1, 0.02).to(device).train(),
@@ -177,19 +281,19 @@ def finetune_step(cfg: dict[str, Any], vocab: int, task: str, batch: int, k: int
     lengths = to_device(torch.full((batch, k), seq), device)
     n_out = k if spec.fmt == "choice" else spec.n_outputs
     labels = to_device(torch.randint(0, n_out, (batch,), generator=gen), device)
-    train_step(model, opt, [(idx, lengths, labels)], loss_fn, 6.25e-5, 1.0, precision)
-    sync(device)
-    t = time.perf_counter()
-    for _ in range(steps):
+    def update(i: int) -> None:
         train_step(model, opt, [(idx, lengths, labels)], loss_fn, 6.25e-5, 1.0, precision)
-    sync(device)
-    return (time.perf_counter() - t) / steps, peak_gib(device)
+
+    rate = windowed_rate(update, batch * k * seq, device, windows, per_window, warmup=1)
+    return rate, peak_gib(device)
 
 
-def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, Any] | None = None
+def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, Any] | None = None,
+                  checkpoint_every: int | None = None, log_every: int | None = None
                   ) -> dict[str, Any]:
     """`steps` updates of gpt1.pretraining.pretrain at configs/paper.yaml (plus `overrides`) on
-    synthetic shards in a temp run directory, a checkpoint every steps / 2: its metrics and the
+    synthetic shards in a temp run directory, a checkpoint every `checkpoint_every` (default
+    steps / 2), a log window every `log_every` (default steps / 4): its metrics and the
     synchronizing CUDA calls it made. ImportError where the project's environment is missing."""
     import numpy as np
 
@@ -203,8 +307,8 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
         raw[section].update(values)
     pre = raw["pretrain"]
     pre.update(max_tokens=steps * pre["batch_seqs"] * pre["seq_len"], epochs=None,
-               warmup_steps=2, checkpoint_interval_steps=steps // 2,
-               log_interval_steps=max(1, steps // 4),
+               warmup_steps=2, checkpoint_interval_steps=checkpoint_every or steps // 2,
+               log_interval_steps=log_every or max(1, steps // 4),
                eval_interval_steps=steps, eval_batches=1, zero_shot_checkpoints=1, nproc=1)
     raw.update(device=device.type)
     raw["tracking"]["enabled"] = False
@@ -235,7 +339,7 @@ def pretrain_loop(device: torch.device, steps: int = 20, overrides: dict[str, An
 
 
 def transformers_rate(device: torch.device, compile_: bool, rows: int, seq: int, vocab: int,
-                      steps: int = 6) -> float | None:
+                      windows: int = WINDOWS, per_window: int = WINDOW_UPDATES) -> Rate | None:
     """tokens/s of transformers' OpenAIGPTLMHeadModel (bf16 autocast, fused AdamW) at one
     micro-batch of `rows`, or None where transformers is not installed."""
     try:
@@ -250,18 +354,11 @@ def transformers_rate(device: torch.device, compile_: bool, rows: int, seq: int,
     opt = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=True)
     data = torch.randint(0, vocab, (rows, seq), device=device)
 
-    def update() -> None:
+    def update(i: int) -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = step_model(input_ids=data, labels=data).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(2):
-        update()
-    sync(device)
-    t = time.perf_counter()
-    for _ in range(steps):
-        update()
-    sync(device)
-    return steps * rows * seq / (time.perf_counter() - t)
+    return windowed_rate(update, rows * seq, device, windows, per_window, warmup=2)

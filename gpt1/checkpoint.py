@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 from torch import nn
 
 from gpt1 import atomic, names, networks
@@ -67,8 +66,41 @@ def _read_json_with_digest(path: Path) -> dict[str, Any]:
     return body
 
 
-def _tensor_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
-    return save_safetensors({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
+_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16",
+           torch.float16: "F16", torch.int64: "I64", torch.int32: "I32", torch.int16: "I16",
+           torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+"""safetensors' names of the dtypes a checkpoint holds."""
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
+    """Write `tensors` to `path` as the bytes safetensors.torch.save makes (its layout: wider
+    dtypes first, then by name; the JSON header padded to 8 bytes), streamed from each host
+    tensor's memory and hashed as it goes; return the sha256. File writes and sha256 updates
+    release the interpreter lock, so a writer thread leaves the host to the training loop
+    (building one 1.4 GB bytes object, as save() does, held it; checkpoint.write_checkpoint's
+    files are otherwise byte-identical, tests/unit/test_checkpoint.py)."""
+    host = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    order = sorted(host.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, value in order:
+        size = value.numel() * value.element_size()
+        header[name] = {"dtype": _DTYPES[value.dtype], "shape": list(value.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    digest = hashlib.sha256()
+    with open(path, "wb") as fh:
+        for chunk in (len(head).to_bytes(8, "little"), head):
+            fh.write(chunk)
+            digest.update(chunk)
+        for _, value in order:
+            if value.numel():
+                data = value.reshape(-1).view(torch.uint8).numpy().data
+                fh.write(data)
+                digest.update(data)
+    return digest.hexdigest()
 
 
 def _load_tensors(path: Path, expected_sha256: str) -> dict[str, torch.Tensor]:
@@ -140,15 +172,10 @@ def write_checkpoint(run_dir: Path, step: int, tensors: dict[str, dict[str, torc
     """The files of checkpoints/step_<step>/ from `training_state`'s tensors (or host copies
     of them), written atomically, then the older checkpoints dropped."""
     dest = Path(run_dir) / CKPT_DIR / f"step_{step:08d}"
-    blobs = {name: _tensor_bytes(group) for name, group in tensors.items()}
     with atomic.atomic_path(dest) as tmp:
         tmp.mkdir()
-        for name, blob in blobs.items():
-            (tmp / name).write_bytes(blob)
-        body = {
-            **state, "step": step, "optimizer_groups": groups,
-            "files": {name: _sha256(blob) for name, blob in blobs.items()},
-        }
+        files = {name: _write_tensors(tmp / name, group) for name, group in tensors.items()}
+        body = {**state, "step": step, "optimizer_groups": groups, "files": files}
         _write_json_with_digest(tmp / STATE_FILE, body)
     for old in _step_dirs(run_dir):
         if old != dest:
@@ -216,9 +243,8 @@ def _load_weights(model: nn.Module, weights: dict[str, torch.Tensor], path: Path
 def save_weights(path: Path, model: nn.Module | dict[str, torch.Tensor]) -> str:
     """Write model weights (a model, or its state_dict / a host copy of one) to one
     safetensors file atomically; return its sha256."""
-    blob = _tensor_bytes(model if isinstance(model, dict) else model.state_dict())
-    atomic.write_bytes(path, blob)
-    return _sha256(blob)
+    with atomic.atomic_path(path) as tmp:
+        return _write_tensors(tmp, model if isinstance(model, dict) else model.state_dict())
 
 
 def write_model(run_dir: Path, model: nn.Module, meta: dict[str, Any]) -> None:

@@ -270,6 +270,11 @@ class PretrainCfg(Section):
     (e.g. AVX2-only x86-64). bf16 on a CPU without it runs emulated, many times slower (a
     warning says so), and the LSTM layer runs in fp32 where oneDNN has no bf16 LSTM."""
     compile: bool
+    cuda_graphs: bool
+    """Run each update's forward and backward as CUDA graphs (gpt1/graphs.py: torch.compile's
+    mode reduce-overhead; needs compile: true and a GPU). Where they cannot run (a CPU under
+    device auto, several DDP ranks, several micro-batches an update) one warning line says so
+    and the run goes on without them; changes speed, not the result's distribution."""
     nproc: Literal["auto"] | PosInt
     """Processes `python -m gpt1 pretrain` / `pretrain_lstm` launches itself over on this node
     (torch's elastic launcher, one per GPU; gloo processes on the CPU): `auto` = every GPU
@@ -800,6 +805,11 @@ class Params(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Params:
+        if self.pretrain.cuda_graphs and not self.pretrain.compile:
+            raise ValueError("pretrain.cuda_graphs: true needs pretrain.compile: true (the "
+                             "graphs are torch.compile's mode reduce-overhead)")
+        if self.pretrain.cuda_graphs and self.device == "cpu":
+            raise ValueError("pretrain.cuda_graphs: true needs a GPU, and device is cpu")
         if self.pretrain.seq_len > self.model.n_positions:
             raise ValueError(
                 f"pretrain.seq_len: {self.pretrain.seq_len} exceeds model.n_positions="

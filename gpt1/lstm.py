@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from gpt1.config import LstmCfg
 from gpt1.model import TiedEmbedding
+
+if TYPE_CHECKING:  # annotations only: no schema import (benchmarks/gpu_check.py times the LSTM)
+    from gpt1.config import LstmCfg
 
 log = logging.getLogger(__name__)
 

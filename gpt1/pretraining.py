@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from gpt1 import checkpoint, micro_batch, names
+from gpt1 import checkpoint, graphs, micro_batch, names
 from gpt1.config import Params
 from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
@@ -41,6 +41,7 @@ from gpt1.progress import MetricsSink, progress
 from gpt1.runtime import (
     Stopwatch,
     autocast_for,
+    c_compiler,
     check_shared_dir,
     compile_or_eager,
     data_parallel,
@@ -51,7 +52,7 @@ from gpt1.runtime import (
 )
 from gpt1.runtime import device as run_device
 from gpt1.snapshot import BackgroundWriter, HostCopier
-from gpt1.step import NonFiniteWatch, train_step
+from gpt1.step import NonFiniteWatch, micro_batch_seed, seeded_loss, train_step
 from gpt1.zero1 import ShardedAdamW, sharded_optimizer
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,8 @@ log = logging.getLogger(__name__)
 # values of these. The data order and the global batch stay the same; dropout masks are drawn
 # per micro-batch, so after a micro_batch_seqs change they follow the new split.
 _NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
-                   "checkpoint_interval_steps", "compile", "micro_batch_seqs", "nproc", "zero1")
+                   "checkpoint_interval_steps", "compile", "cuda_graphs", "micro_batch_seqs",
+                   "nproc", "zero1")
 PROJECTION_STEPS = 3
 """Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
 
@@ -79,18 +81,15 @@ class CausalLM(nn.Module):
         return self.lm.lm_losses(h, windows[:, 1:]).mean()  # fused output layer + loss
 
 
-def seeded_loss(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
-    """The loss of one (seed, windows) micro-batch, its dropout masks drawn from `seed`."""
-    seed, windows = batch
-    torch.manual_seed(seed)  # dropout masks depend on (run seed, step, micro-batch) only
-    loss: torch.Tensor = model(windows)
-    return loss
-
-
-def micro_batch_seed(seed: int, step: int, micro: int) -> int:
-    """A 63-bit seed for one global micro-batch (independent of rank count)."""
-    blob = hashlib.sha256(f"{seed}/{step}/{micro}".encode()).digest()
-    return int.from_bytes(blob[:8], "little") >> 1
+def step_micro_batches(sampler: WindowSampler, pretrain_seed: int, step: int, rank: int,
+                       accum: int, size: int, batch_seqs: int, device: torch.device
+                       ) -> list[tuple[int, torch.Tensor]]:
+    """This rank's (dropout seed, windows) micro-batches of update `step`: global micro-batch
+    m holds windows step x batch_seqs + m x size onward and its seed is
+    micro_batch_seed(pretrain_seed, step, m), with or without CUDA graphs."""
+    return [(micro_batch_seed(pretrain_seed, step, m),
+             to_device(sampler.batch(step * batch_seqs + m * size, size), device))
+            for m in range(rank * accum, (rank + 1) * accum)]
 
 
 def zero_shot_steps(total_steps: int, count: int, warmup_steps: int = 0) -> list[int]:
@@ -331,10 +330,18 @@ def pretrain(
         module: nn.Module = loss_module
         if world > 1:
             module = data_parallel(loss_module, device, cfg.ddp_bucket_mb, cfg.ddp_bf16_grads)
-        if cfg.compile:  # DDP compiled as the wrapper: its gradient all-reduce buckets then
-            # overlap backward (Dynamo's DDPOptimizer); in place, so state_dict keys and the
-            # DDP type (no_sync) stay; one process: the loss module, evaluation included
+        # CUDA graphs: the updates through a graphed wrapper, evaluation through the eager
+        # module (its no-grad shapes never enter the graphs); where they cannot run, one line
+        graphed = graphs.training_module(module, cfg.cuda_graphs, device, world, accum,
+                                         c_compiler() is not None)
+        if cfg.compile and graphed is None:  # DDP compiled as the wrapper: its gradient
+            # all-reduce buckets then overlap backward (Dynamo's DDPOptimizer); in place, so
+            # state_dict keys and the DDP type (no_sync) stay; one process: the loss module,
+            # evaluation included
             compile_or_eager(module, "pretrain.compile")
+        update_module = module if graphed is None else graphed
+        recordings = graphs.Recordings(on=graphed is not None)
+        warm_recordings = 0
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
                  size, accum, world, precision, start)
@@ -355,14 +362,14 @@ def pretrain(
             checkpointer.save_zero_shot(0)  # the random init: Figure 2 right's first point
         for step in range(start, total_steps):
             meter.start_step(step)
-            micro = [
-                (micro_batch_seed(pretrain_seed, step, m),
-                 to_device(sampler.batch(step * cfg.batch_seqs + m * size, size), device))
-                for m in range(rank * accum, (rank + 1) * accum)
-            ]
+            if step == start + graphs.WARMUP_STEPS:
+                warm_recordings = recordings.count
+            micro = step_micro_batches(sampler, pretrain_seed, step, rank, accum, size,
+                                       cfg.batch_seqs, device)
             lr = lr_at(step, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
-            loss, norm, finite = train_step(module, optimizer, micro, seeded_loss, lr,
-                                             cfg.grad_clip, precision, watch.halted)
+            with recordings.counting():
+                loss, norm, finite = train_step(update_module, optimizer, micro, seeded_loss, lr,
+                                                 cfg.grad_clip, precision, watch.halted)
             watch.record(step, loss, norm, finite)
             done = step + 1
             meter.end_step(done)
@@ -402,7 +409,11 @@ def pretrain(
             "tokens_per_s": meter.tokens_per_s,
             "flops_per_s": meter.tokens_per_s * flops_per_token,
             "precision": precision, "world_size": world, "micro_batch_seqs": size,
-            "accumulation": accum, "checkpoint_blocking_s": writer.blocking_s,
+            "accumulation": accum, "cuda_graphs": graphed is not None,
+            "cuda_graph_recordings": recordings.count,  # after warm-up: none expected
+            "cuda_graph_rerecordings": recordings.count - warm_recordings
+            if total_steps - start > graphs.WARMUP_STEPS else 0,
+            "checkpoint_blocking_s": writer.blocking_s,
             "checkpoint_writing_s": writer.writing_s, "history": history,
             "optimizer_state_bytes": sum(t.numel() * t.element_size()  # this rank's
                                          for st in optimizer.state.values() for t in st.values()

@@ -1,6 +1,7 @@
 """One optimiser update, shared by pre-training and fine-tuning, and its non-finite guard.
 
 `train_step` accumulates gradients over micro-batches, clips and steps without a host sync;
+`seeded_loss` draws a micro-batch's dropout masks from `micro_batch_seed` (eager or graphed);
 the update is skipped on the device when the loss or the gradient norm is not finite.
 Both loops read only at their sync points (log points; pre-training also evaluation and
 checkpoints) and keep the first bad step in a `NonFiniteWatch`; `step_values` reads one step.
@@ -9,6 +10,7 @@ checkpoints) and keep the first bad step in a `NonFiniteWatch`; `step_values` re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,22 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gpt1.errors import Gpt1Error
 from gpt1.runtime import autocast_for
+
+
+def micro_batch_seed(seed: int, step: int, micro: int) -> int:
+    """A 63-bit dropout seed for one global micro-batch: a pure function of (run seed, step,
+    micro-batch), independent of the rank count and of CUDA graphs."""
+    blob = hashlib.sha256(f"{seed}/{step}/{micro}".encode()).digest()
+    return int.from_bytes(blob[:8], "little") >> 1
+
+
+def seeded_loss(model: nn.Module, batch: tuple[int, torch.Tensor]) -> torch.Tensor:
+    """The loss of one (seed, windows) micro-batch, its dropout masks drawn from `seed`: the
+    default generator is reseeded before the forward, which a CUDA graph reads at replay."""
+    seed, windows = batch
+    torch.manual_seed(seed)  # dropout masks depend on (run seed, step, micro-batch) only
+    loss: torch.Tensor = model(windows)
+    return loss
 
 
 class NonFiniteLossError(Gpt1Error):

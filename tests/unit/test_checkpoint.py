@@ -3,6 +3,7 @@ foreign-tokenizer inputs give one clear error and execute nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import signal
@@ -166,3 +167,33 @@ def test_shards_from_another_tokenizer_are_refused(tmp_path):
     with pytest.raises(Gpt1Error, match="index.json: shards were written with tokenizer"):
         pretrain_stages.pretrain(params)
     assert not checkpoint.pretrain_dir(params, "transformer").exists()
+
+
+def test_checkpoint_files_are_the_bytes_safetensors_writes(tmp_path, tiny_params):
+    """The streamed writer (no 1.4 GB bytes object holding the interpreter lock) writes what
+    safetensors.torch.save makes, for a training state with every dtype a checkpoint holds
+    (fp32 weights and moments, bf16, int64, uint8 RNG states, 0-d and empty tensors)."""
+    import torch
+    from safetensors.torch import save
+
+    from gpt1.model import GPT
+    from gpt1.optim import build_optimizer
+    from gpt1.pretraining import CausalLM
+
+    torch.manual_seed(0)
+    model = CausalLM(GPT(tiny_params.model, 50))
+    opt = build_optimizer(model, 1e-3, (0.9, 0.999), 1e-8, 0.01)
+    model(torch.randint(0, 50, (2, 9))).backward()
+    opt.step()
+    tensors, groups = checkpoint.training_state(model, opt)
+    tensors["extra.safetensors"] = {"b": torch.ones(3, dtype=torch.bfloat16),
+                                    "i": torch.tensor(7), "empty": torch.zeros(0),
+                                    "h.10.w": torch.randn(2), "h.2.w": torch.randn(2)}
+    dest = checkpoint.write_checkpoint(tmp_path, 3, tensors, groups, {})
+    files = checkpoint.read_checkpoint_state(dest)["files"]
+    for name, group in tensors.items():
+        blob = save({k: v.detach().contiguous() for k, v in group.items()})
+        assert (dest / name).read_bytes() == blob, name
+        assert files[name] == hashlib.sha256(blob).hexdigest()
+    assert checkpoint.save_weights(tmp_path / "w.safetensors", tensors["model.safetensors"]) == (
+        hashlib.sha256((dest / "model.safetensors").read_bytes()).hexdigest())

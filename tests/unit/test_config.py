@@ -86,6 +86,21 @@ def test_bad_values_named(section: str, key: str, value: object, needle: str) ->
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(("device", "compile_", "needle"), [
+    ("auto", False, "pretrain.cuda_graphs: true needs pretrain.compile: true"),
+    ("cpu", True, "pretrain.cuda_graphs: true needs a GPU, and device is cpu"),
+])
+def test_cuda_graphs_refused_where_they_cannot_run(device: str, compile_: bool,
+                                                   needle: str) -> None:
+    raw = _raw()
+    raw["device"] = device
+    raw["pretrain"].update(cuda_graphs=True, compile=compile_)
+    with pytest.raises(ParamsError, match=rf"^p.yaml: {needle}"):
+        parse_params(raw, "p.yaml")
+    raw["device"], raw["pretrain"]["compile"] = "cuda", True
+    assert parse_params(raw, "p.yaml").pretrain.cuda_graphs  # a GPU and compiled: accepted
+
+
 @pytest.mark.parametrize(("pilot", "needle"), [
     ({"lr_grid": [1e-4]}, "ablations.pilot.lr_grid"),
     ({"lr_grid": [1e-4, -1.0]}, "ablations.pilot.lr_grid"),

@@ -93,20 +93,63 @@ def test_the_command_prints_hours_for_n_gpus(tmp_path, monkeypatch, capsys):
                           text=True, timeout=120, check=True)
     lines = done.stdout.splitlines()
     assert lines[0].startswith(f"{REPO / 'configs' / 'paper.yaml'}: ")
-    assert lines[1].startswith("MFU 40.0%, assumed: unmeasured, no GPU-check results file")
-    assert lines[3].startswith("pre-training on 8 x H100 (DDP, linear scaling assumed): "
+    assert lines[1] == ("corpus: 1,000,000,000 training tokens an epoch, assumed "
+                        "(--corpus-tokens); the mirror's: no shard_corpus record in .")
+    assert lines[2].startswith("MFU 40.0%, assumed: unmeasured, no GPU-check results file")
+    assert lines[4] == "LSTM pre-training MFU 40.0%, unmeasured: Transformer MFU assumed"
+    assert lines[5].startswith("pre-training on 8 x H100 (DDP, linear scaling assumed): "
                                "1 seed(s) x (Transformer 6.6 h + LSTM ")
-    assert lines[4].startswith("fine-tuning fan-out: 282 runs (36 finetune, 72 ablation, "
+    assert lines[6].startswith("fine-tuning, one GPU a run: Transformer 396 TFLOP/s (MFU "
+                               "40.0%), assumed: the pre-training MFU (assumed: unmeasured")
+    assert lines[7].endswith("unmeasured: the Transformer's fine-tuning rate assumed")
+    assert lines[8].startswith("fine-tuning fan-out: 282 runs (36 finetune, 72 ablation, "
                                "78 transfer_layers, 96 lr_pilot), ")
-    assert lines[5].startswith("in all: ") and lines[5].endswith(" GPU-hours")
-    write_gpu_results(results, "gpu_nvidia-h100_2026-12-02.md", "NVIDIA H100 80GB HBM3",
-                      ["paper shape, compiled: 1 tokens/s, MFU 50.0% of peak"])
+    assert lines[9].startswith("in all: ") and lines[9].endswith(" GPU-hours")
+    (tmp_path / "shard_corpus.json").write_text(json.dumps({"tokens": {"train": 16_739_929}}))
+    write_gpu_results(results, "gpu_nvidia-h100_2026-12-02.md", "NVIDIA H100 80GB HBM3", [
+        "paper preset, micro_batch_seqs auto on 1 GPU(s): 64 a GPU: 1 tokens/s, MFU 39.0% of "
+        "peak",
+        "paper preset, micro_batch_seqs auto on 8 GPU(s): 8 a GPU: 1 tokens/s, MFU 12.0% of peak",
+        "LSTM baseline (configs/paper.yaml lstm), micro-batch 64 x 1, compiled, bf16: 1 tokens/s"
+        " (median of 5 windows of 20 updates, 1-1), MFU 30.0% of peak, 40% of the ceiling",
+        "LSTM baseline (configs/paper.yaml lstm), micro-batch 8 x 1, compiled, bf16: 1 tokens/s"
+        " (median of 5 windows of 20 updates, 1-1), MFU 6.0% of peak, 8% of the ceiling"])
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(sys, "argv", ["cost_projection.py", *args])
     cost_projection.main()  # in this process: one subprocess start is enough
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith("MFU 50.0%, measured: gpu_nvidia-h100_2026-12-02.md: ")
-    assert "MFU 50% = 656,921 tokens/s" in lines[2]
+    assert lines[1].endswith("the mirror's: 16,739,929 (shard_corpus.json), 1.7% of it")
+    assert lines[2].startswith("MFU 12.0%, measured: gpu_nvidia-h100_2026-12-02.md: paper "
+                               "preset, micro_batch_seqs auto on 8 GPU(s)")
+    assert lines[4].startswith("LSTM pre-training MFU 6.0%, measured: "
+                               "gpu_nvidia-h100_2026-12-02.md: LSTM baseline")  # 8 a GPU
+    # fine-tuning runs one GPU each: the 1-GPU split's MFU, not the 8-GPU share's
+    assert lines[6].startswith("fine-tuning, one GPU a run: Transformer 386 TFLOP/s (MFU "
+                               "39.0%), measured: gpu_nvidia-h100_2026-12-02.md: paper preset, "
+                               "micro_batch_seqs auto on 1 GPU(s)")
+    assert lines[7].startswith("fine-tuning, one GPU a run: LSTM 297 TFLOP/s, measured: ")
+    assert "micro-batch 64 x 1" in lines[7]
+
+
+def test_finetuning_is_priced_at_the_measured_one_gpu_update():
+    """The full-context (RACE-shaped) fine-tuning update of the GPU check, in its 2026-11-26
+    format (milliseconds) and the windowed one (median tokens/s), before any MFU line."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        assert cost_projection.measured_finetune_rate(folder, "H200") is None
+        write_gpu_results(folder, "gpu_nvidia-h200_2026-11-26.md", "NVIDIA H200", [
+            "fine-tuning RACE-shaped update (32 x 4 x 512 tokens, aux LM loss chunked, "
+            "compiled, bf16): 181 ms, 177 examples/s; peak memory 25.4 GiB"])
+        rate, path, line = cost_projection.measured_finetune_rate(folder, "H200")
+        assert rate == pytest.approx(32 * 4 * 512 / 0.181) and line.endswith("25.4 GiB")
+        write_gpu_results(folder, "gpu_nvidia-h200_2026-11-27.md", "NVIDIA H200", [
+            "fine-tuning MNLI-shaped update (32 x 1 x 128 tokens, aux LM loss chunked, "
+            "compiled, bf16): 150,000 tokens/s (median of 5 windows of 20 updates, 1-2)",
+            "fine-tuning RACE-shaped update (32 x 4 x 512 tokens, aux LM loss chunked, "
+            "compiled, bf16): 380,123 tokens/s (median of 5 windows of 20 updates, 1-2)"])
+        assert cost_projection.measured_finetune_rate(folder, "H200")[0] == 380_123.0
 
 
 @pytest.mark.slow

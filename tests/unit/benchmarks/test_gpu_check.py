@@ -47,6 +47,9 @@ def test_its_paper_shape_is_the_paper_preset():
     model = paper.model.model_dump()
     assert {k: model[k] for k in gpu_check.PAPER} == gpu_check.PAPER
     assert set(model) - set(gpu_check.PAPER) == {"backend"}
+    lstm = paper.lstm.model_dump()
+    assert {k: lstm[k] for k in gpu_check.PAPER_LSTM} == gpu_check.PAPER_LSTM
+    assert set(lstm) - set(gpu_check.PAPER_LSTM) == {"lr_max"}
     pre, ft = paper.pretrain.model_dump(), paper.finetune.model_dump()
     assert {k: pre[k] for k in gpu_workloads.PAPER_PRETRAIN} == gpu_workloads.PAPER_PRETRAIN
     assert {k: ft[k] for k in gpu_workloads.PAPER_FINETUNE} == gpu_workloads.PAPER_FINETUNE
@@ -72,10 +75,15 @@ def test_its_workloads_run_on_the_cpu_at_a_small_shape():
     assert gpu_workloads.probe_micro(small, 50, 15, 4, "fp32", cpu, 1e12) == 4
     with pytest.raises(Gpt1Error, match="micro_batch_seqs: auto: one sequence needs"):
         gpu_workloads.probe_micro(small, 50, 15, 4, "fp32", cpu, 1e3)
-    rate, _ = gpu_workloads.update_rate(small, 50, 15, 2, 2, "fp32", cpu, False, steps=1)
-    assert rate > 0
-    seconds, _ = gpu_workloads.finetune_step(small, 50, "race", 2, 4, 16, "fp32", cpu, False, 1)
-    assert seconds > 0
+    rate, _ = gpu_workloads.update_rate(small, 50, 15, 2, 2, "fp32", cpu, False, windows=2,
+                                        per_window=1)
+    assert len(rate.windows) == 2 and rate.median > 0 and rate.tokens_per_update == 2 * 2 * 15
+    lstm = {**gpu_check.PAPER_LSTM, "hidden_size": 16, "n_embd": 8}
+    rate, _ = gpu_workloads.update_rate(lstm, 50, 15, 2, 1, "fp32", cpu, False, windows=1,
+                                        per_window=1)
+    assert rate.median > 0
+    rate, _ = gpu_workloads.finetune_step(small, 50, "race", 2, 4, 16, "fp32", cpu, False, 1, 1)
+    assert rate.median > 0
     m = gpu_workloads.pretrain_loop(cpu, steps=4, overrides={
         "model": {"n_positions": 16, "n_embd": 32, "n_layer": 1, "n_head": 2, "n_inner": 64},
         "pretrain": {"batch_seqs": 4, "seq_len": 16, "compile": False, "precision": "fp32"}})
@@ -83,6 +91,49 @@ def test_its_workloads_run_on_the_cpu_at_a_small_shape():
     assert m["micro_batch_seqs"] * m["accumulation"] == 4
     assert [step for step, _ in m["windows"]] == [1, 2, 3, 4]  # a log window every steps // 4
     assert all(rate > 0 for _, rate in m["windows"])
+
+
+def test_a_rate_is_the_median_of_its_windows_with_their_spread():
+    """Each window is timed apart (the host clock on the CPU, CUDA events on a GPU): a slow
+    window moves the spread, not the median."""
+    import time
+
+    calls = []
+
+    def update(i):
+        calls.append(i)
+        time.sleep(0.03 if 9 <= i < 11 else 0.002)  # window 3 (updates 9-10) is slow
+
+    rate = gpu_workloads.windowed_rate(update, 100, torch.device("cpu"), windows=5,
+                                       per_window=2, warmup=3)
+    assert calls == list(range(13)) and len(rate.windows) == 5
+    assert min(rate.windows) == rate.windows[3] < rate.median / 3
+    text = rate.text()
+    assert text.startswith(f"{rate.median:,.0f} tokens/s (median of 5 windows of 2 updates, ")
+    assert "an update" in text and "its host enqueue" in text
+
+
+def test_seconds_lost_per_checkpoint_from_the_log_windows():
+    """Windows of 20 updates at 100 tokens an update: steady 1,000 tokens/s (2 s a window);
+    the windows after the checkpoints at 80 and 160 took 2.5 s and 3 s: 0.75 s a checkpoint."""
+    windows = [(20 * (i + 1), 1000.0) for i in range(11)]
+    windows[4] = (100, 2000 / 2.5)
+    windows[8] = (180, 2000 / 3.0)
+    lost, steady = gpu_workloads.lost_per_checkpoint(windows, 100, [80, 160])
+    assert steady == 1000.0 and lost == pytest.approx(0.75)
+    assert gpu_workloads.lost_per_checkpoint(windows[:3], 100, [80])[0] == 0.0
+
+
+def test_the_dropout_rule_check_runs_on_the_cpu_eager():
+    """The GPU check's reseeding part through the eager module: the same (seed, step,
+    micro-batch) gives a bitwise-equal loss, another seed another, nothing recorded."""
+    torch.set_num_threads(1)
+    small = {**gpu_check.SMALL_DROPOUT, "n_positions": 16, "n_embd": 32, "n_head": 2,
+             "n_inner": 64}
+    out = gpu_workloads.graph_reseeding(small, 50, 15, 2, "fp32", torch.device("cpu"), False)
+    assert out["same_seed_equal"] and out["other_seed_differs"]
+    assert out["loss"] == out["same_loss"] != out["other_loss"]
+    assert out["recordings"] == out["rerecordings"] == 0
 
 
 def test_a_failed_part_is_named_and_a_hung_one_still_writes_the_file(tmp_path):

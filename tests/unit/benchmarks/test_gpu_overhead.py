@@ -44,3 +44,25 @@ def test_the_update_breakdown_runs_on_a_tiny_model(monkeypatch):
     first, kernels, host = check.lines
     assert first.startswith("micro-batch 2 x 15 (eager, bf16): ") and "ms an update" in first
     assert kernels.startswith("  top kernels") and host.startswith("  top host operations")
+
+
+def test_gpu_time_counts_each_kernel_once_and_no_host_operation_or_annotation():
+    """The H200 run summed every row's own device time: a host operation (aten::mm) carries
+    the time of the kernel it launched, listed again in the kernel's row, and GPU-side
+    annotations (## Call CompiledFxGraph, Optimizer.step#...) span kernels: "197 % of the
+    wall". Only kernel rows count."""
+    from types import SimpleNamespace as Row
+
+    from torch.autograd import DeviceType
+
+    rows = [Row(key="aten::mm", device_type=DeviceType.CPU, is_user_annotation=False,
+                self_device_time_total=3000.0),
+            Row(key="nvjet_sm90_tst", device_type=DeviceType.CUDA, is_user_annotation=False,
+                self_device_time_total=3000.0),
+            Row(key="## Call CompiledFxGraph abc", device_type=DeviceType.CUDA,
+                is_user_annotation=False, self_device_time_total=5000.0),
+            Row(key="Optimizer.step#AdamW.step", device_type=DeviceType.CUDA,
+                is_user_annotation=True, self_device_time_total=900.0),
+            Row(key="multi_tensor_apply_kernel", device_type=DeviceType.CUDA,
+                is_user_annotation=False, self_device_time_total=900.0)]
+    assert gpu_overhead.kernel_ms(rows, 3) == pytest.approx(3900.0 / 1e3 / 3)
