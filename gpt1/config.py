@@ -48,6 +48,16 @@ StrTuple = Annotated[tuple[str, ...], Field(strict=False)]
 IntTuple = Annotated[tuple[int, ...], Field(strict=False)]
 
 
+def _distinct(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A list whose every entry is one run, stage or grid point: none twice (a repeated value
+    would run one thing twice and count it as two, or leave a grid of "at least two" one)."""
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"must not repeat a value, got {repeated} more than once in "
+                         f"{list(values)}")
+    return values
+
+
 def _distinct_ids(values: tuple[int, ...]) -> tuple[int, ...]:
     """A list of seeds or ids: at least one, none negative, none twice (a repeated seed would
     count one run as two; an empty list would run nothing and report nothing)."""
@@ -56,15 +66,13 @@ def _distinct_ids(values: tuple[int, ...]) -> tuple[int, ...]:
     negative = [v for v in values if v < 0]
     if negative:
         raise ValueError(f"must be non-negative, got {negative} in {list(values)}")
-    repeated = sorted({v for v in values if values.count(v) > 1})
-    if repeated:
-        raise ValueError(f"must not repeat a value, got {repeated} more than once in "
-                         f"{list(values)}")
-    return values
+    return _distinct(values)
 
 
 IdTuple = Annotated[IntTuple, AfterValidator(_distinct_ids)]
 """Seeds or ids: non-empty, unique, non-negative."""
+NameTuple = Annotated[StrTuple, AfterValidator(_distinct)]
+"""Names of tasks, arms, stages or tokens: each once."""
 
 
 class ParamsError(ValueError):
@@ -170,7 +178,7 @@ class BpeCfg(Section):
     """A pair must occur at least this often to be merged."""
     lowercase: bool
     end_of_word_suffix: str
-    special_tokens: StrTuple
+    special_tokens: NameTuple
     """Appended after the vocabulary in this order (spec §5)."""
 
 
@@ -345,7 +353,7 @@ class TaskOverride(Section):
 class FinetuneCfg(Section):
     """Supervised fine-tuning (spec §2)."""
 
-    tasks: StrTuple
+    tasks: NameTuple
     lr: PosFloat
     batch_size: PosInt
     epochs: PosInt
@@ -489,7 +497,7 @@ class OrchestrateCfg(Section):
     max_parallel_stages: Annotated[PosInt | Literal["auto"], PlainValidator(_auto_or_count)]
     """Stages with no path between them in the DVC graph (fine-tunes) run at most this many
     at once; `auto` = one per device handed out (`devices`), 1 where there are none."""
-    io_stages: StrTuple
+    io_stages: NameTuple
     """Stages doing network / remote I/O, retried on failure (no other stage is retried)."""
     io_retries: NonNegInt
     io_retry_delay_seconds: NonNegFloat
@@ -523,12 +531,14 @@ class LrPilotCfg(Section):
     The fine-tuning recipe (finetune.lr, finetune.warmup_frac) is scored beside it as its own
     row ("paper recipe"), never chosen."""
 
-    variants: StrTuple
+    variants: NameTuple
     """Arms the pilot tunes: `full` (the finetune stage's row, stage lr_pilot_full@<task>) and
     ablation variants (stage lr_pilot@<variant>-<task>)."""
-    lr_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=2)]
+    lr_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=2),
+                       AfterValidator(_distinct)]
     """Learning rates tried (at least two)."""
-    warmup_grid: Annotated[tuple[Frac, ...], Field(strict=False, min_length=1)]
+    warmup_grid: Annotated[tuple[Frac, ...], Field(strict=False, min_length=1),
+                           AfterValidator(_distinct)]
     """Warm-up fractions tried with each lr (finetune.warmup_frac of the run)."""
     dev_examples: PosInt
     """Examples carved out of the training pool as the pilot's split, outside every fine-tuning
@@ -545,7 +555,8 @@ class FloorCfg(Section):
     """Word n-grams 1..ngram_max (2 = uni+bigrams)."""
     min_df: PosInt
     """An n-gram enters the vocabulary when at least this many training texts have it."""
-    c_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=1)]
+    c_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=1),
+                      AfterValidator(_distinct)]
     """Inverse regularisation strengths tried (ties to the smaller C)."""
     cv_folds: Annotated[int, Field(ge=2)]
     """Folds of the cross-validation that chooses C."""
@@ -560,9 +571,9 @@ FULL_ARM = "full"
 class AblationsCfg(Section):
     """Table 5 ablations: the same finetune stage over variants x tasks (spec §3)."""
 
-    tasks: StrTuple
+    tasks: NameTuple
     """Tasks of Table 5 (paper: CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE)."""
-    variants: StrTuple
+    variants: NameTuple
     """Rows run by DVC (ablation@<variant>-<task>); each a key of `presets`."""
     presets: dict[str, AblationPreset]
     pilot: LrPilotCfg
@@ -588,7 +599,7 @@ class AblationsCfg(Section):
 class LayersCfg(Section):
     """Figure 2 left: fine-tune after transferring the embeddings + first k blocks (spec §3)."""
 
-    tasks: StrTuple
+    tasks: NameTuple
     """Tasks of the study (paper: MultiNLI, RACE)."""
     layers_transferred: IdTuple
     """Values of k (paper: 0..12); each <= model.n_layer (checked by the stage, so that
@@ -605,11 +616,11 @@ class CurvesCfg(Section):
     pre-training-compute curve (one recipe fine-tuned from each kept zero-shot checkpoint of a
     pre-training run, so accuracy vs pre-training step can be tested as a slope)."""
 
-    tasks: StrTuple
+    tasks: NameTuple
     """Tasks of both curves; each in ablations.tasks (whose pilots choose the arms' lr)."""
     ns: IdTuple
     """Training examples per run of the labelled-data curve (each > 0)."""
-    arms: StrTuple
+    arms: NameTuple
     """Neural arms of the labelled-data curve: full (the pre-trained Transformer) or a name of
     ablations.presets (at the lr its pilot chose); the bag-of-words floor runs at every n."""
     compute_n: PosInt
@@ -644,7 +655,7 @@ ZEROSHOT_TASKS = ("sst2", "cola", "race", "dprd")
 class ZeroShotCfg(Section):
     """Figure 2 right: LM-only heuristics on log-spaced pre-training checkpoints (spec §3)."""
 
-    tasks: StrTuple
+    tasks: NameTuple
     """Subset of ZEROSHOT_TASKS."""
     max_examples: PosInt | None
     """Examples scored per task (a seeded subset; null = all), also for the CoLA threshold."""
@@ -652,7 +663,7 @@ class ZeroShotCfg(Section):
     """Sequences per forward pass."""
     sst2_cue: str
     """Word appended to the sentence before reading the LM's next word (paper: "very")."""
-    sst2_words: StrTuple
+    sst2_words: NameTuple
     """Words whose probabilities are compared, in label order (negative, positive)."""
     cola_threshold_split: Literal["train", "dev"]
     """Canonical split on which the average-log-prob threshold is fitted (best MCC); it is then
@@ -709,7 +720,7 @@ class ReportCfg(Section):
     """Resamples of the eval examples behind every 95 % CI (percentile bootstrap)."""
     bootstrap_seed: NonNegInt
     """Seed of the resampling, so a report is reproducible."""
-    confirmatory_tasks: StrTuple
+    confirmatory_tasks: NameTuple
     """Tasks of the confirmatory tests of findings (a), (b), (e) (docs/study.md): where the
     model learns; the other Table 5 columns are reported descriptively."""
     gate_margins: dict[str, Annotated[float, Field(ge=0.0, lt=0.5)]]
@@ -836,6 +847,7 @@ class Params(Section):
                                  f"runs for finetune.tasks {list(self.finetune.tasks)}); add "
                                  "it there or drop it here")
         self._check_curves()
+        self._check_floor()
         ungated = [t for t in self.report.confirmatory_tasks if t not in self.report.gate_margins]
         if ungated:
             raise ValueError(f"report.gate_margins: no margin for confirmatory task "
@@ -863,6 +875,29 @@ class Params(Section):
         if bad_k:
             raise ValueError(f"curves.checkpoints: index {bad_k[0]} >= "
                              f"pretrain.zero_shot_checkpoints ({kept})")
+
+    def _check_floor(self) -> None:
+        """The floor's min_df is at most the fewest training texts it fits on where params fix
+        that number (a cap of ablations.tasks, a curve's n): an n-gram can be in no more."""
+        sizes: dict[int, str] = {}
+        for task in self.ablations.tasks:
+            spec = TASKS[task]
+            if spec.regression or spec.fmt == "choice":
+                continue  # the floor records that it does not apply
+            over = self.finetune.overrides.get(task)
+            cap = (over.max_train_examples if over is not None else None) \
+                or self.finetune.max_train_examples
+            if cap is not None:
+                sizes.setdefault(cap, f"the capped training sample of {task} "
+                                      "(finetune.max_train_examples)")
+            if task in self.curves.tasks:
+                for n in self.curves.ns:
+                    sizes.setdefault(n, f"curve_floor@{task}-{n} (curves.ns)")
+        if sizes and self.ablations.floor.min_df > min(sizes):
+            fewest = min(sizes)
+            raise ValueError(f"ablations.floor.min_df: {self.ablations.floor.min_df} exceeds the "
+                             f"{fewest} training texts of {sizes[fewest]}; no n-gram can be in "
+                             f"more than {fewest}")
 
     def as_dict(self) -> dict[str, Any]:
         """Plain-JSON view, recorded in every artifact for provenance."""

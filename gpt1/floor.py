@@ -61,6 +61,23 @@ def pipeline(cfg: FloorCfg, c: float, seed: int) -> Any:
         LogisticRegression(C=c, max_iter=cfg.max_iter, random_state=seed))
 
 
+def fit(cfg: FloorCfg, c: float, seed: int, x: Sequence[str], y: np.ndarray, what: str) -> Any:
+    """The model fitted on (x, y), `what` they are (for the error): a min_df that leaves no
+    n-gram in these texts (more than there are, or more than any n-gram is in) is a Gpt1Error
+    naming the key, not scikit-learn's ValueError."""
+    if cfg.min_df > len(x):
+        raise Gpt1Error(f"ablations.floor.min_df: {cfg.min_df} exceeds the {len(x)} texts of "
+                        f"the floor's {what}; no n-gram can be in more: lower it")
+    try:
+        return pipeline(cfg, c, seed).fit(list(x), y)
+    except ValueError as err:
+        if "no terms remain" not in str(err):
+            raise
+        raise Gpt1Error(f"ablations.floor.min_df: {cfg.min_df} leaves no n-gram of the "
+                        f"{len(x)} texts of the floor's {what} (none is in that many): lower "
+                        "it") from None
+
+
 def choose_c(x: Sequence[str], y: np.ndarray, cfg: FloorCfg, seed: int
              ) -> tuple[float, dict[str, float]]:
     """(chosen C, C -> mean CV accuracy): stratified k-fold CV on (x, y) only, k = cv_folds or
@@ -78,7 +95,7 @@ def choose_c(x: Sequence[str], y: np.ndarray, cfg: FloorCfg, seed: int
     for c in cfg.c_grid:
         accs = []
         for tr, va in split.split(xs, y):
-            model = pipeline(cfg, c, seed).fit(list(xs[tr]), y[tr])
+            model = fit(cfg, c, seed, list(xs[tr]), y[tr], f"{folds}-fold cross-validation")
             accs.append(float(np.mean(model.predict(list(xs[va])) == y[va])))
         cv[f"{c:g}"] = float(np.mean(accs))
     best = max(cfg.c_grid, key=lambda c: (cv[f"{c:g}"], -c))
@@ -90,7 +107,7 @@ def predict(x_train: Sequence[str], y: np.ndarray, x_test: Sequence[str], cfg: F
     """The refitted model's test predictions; a one-class training sample predicts its class."""
     if len(np.unique(y)) < 2:
         return np.full(len(x_test), int(y[0]), dtype=np.int64)
-    return pipeline(cfg, c, seed).fit(list(x_train), y).predict(list(x_test)).astype(np.int64)
+    return fit(cfg, c, seed, x_train, y, "training sample").predict(list(x_test)).astype(np.int64)
 
 
 def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame],

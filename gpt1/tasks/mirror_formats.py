@@ -116,16 +116,24 @@ def read_csv(src: _Src, required: Sequence[str]) -> Iterator[tuple[int, dict[str
 
 
 def read_text(src: _Src) -> str:
-    """The whole file as text (UTF-8, a leading BOM dropped); a byte that is not UTF-8 is
-    named by line and column."""
-    data = src.path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    """The whole file as text (decode_utf8)."""
+    return decode_utf8(src.path.read_bytes(), src.path)
+
+
+def decode_utf8(data: bytes, path: Path) -> str:
+    """A file's bytes as UTF-8 text, a leading byte-order mark dropped; a byte that is not
+    UTF-8 is one Gpt1Error naming its line and column (a UTF-16 file, Excel's "Unicode Text",
+    by name)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise Gpt1Error("line 1: UTF-16 text (Excel's \"Unicode Text\"); save it as UTF-8 "
+                        "(Excel: \"CSV UTF-8\")", path)
+    data = data.removeprefix(codecs.BOM_UTF8)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line_start = data.rfind(b"\n", 0, err.start) + 1
-        raise src.fail(data.count(b"\n", 0, err.start) + 1,
-                       f"not UTF-8 (byte 0x{data[err.start]:02x} at column "
-                       f"{err.start - line_start + 1}); re-save the file as UTF-8") from None
+        line, line_start = data.count(b"\n", 0, err.start) + 1, data.rfind(b"\n", 0, err.start)
+        raise Gpt1Error(f"line {line}: not UTF-8 (byte 0x{data[err.start]:02x} at column "
+                        f"{err.start - line_start}); re-save the file as UTF-8", path) from None
 
 
 def read_json(src: _Src) -> Any:

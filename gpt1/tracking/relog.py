@@ -85,8 +85,9 @@ def relog_run(pending: Pending, created: dict[str, str]) -> int:
         except Gpt1Error:
             raise
         except Exception as err:
-            first = next(iter(str(err).strip().splitlines()), type(err).__name__)
             pending.set_ops(ops[done:])  # so a second relog logs nothing twice
+            check_store(uri, f"run {run_id} from its record {done + 1} on")  # store gone?
+            first = next(iter(str(err).strip().splitlines()), type(err).__name__)
             raise Gpt1Error(f"tracking store {uri} refused record {done + 1} of run {run_id} "
                             f"({first[:200]}); run `gpt1 relog` again when it is back",
                             pending.folder) from None
@@ -96,6 +97,14 @@ def relog_run(pending: Pending, created: dict[str, str]) -> int:
     return len(ops)
 
 
+def check_store(uri: str, left: str) -> None:
+    """One Gpt1Error line, before any request, when the store at `uri` does not answer: no
+    client retries (and their warnings) against a server that is down; `left`: what stays
+    pending."""
+    store.check_uri(uri, uri, remedy=f"{left} kept in "
+                    f"{pending_root()}; run `gpt1 relog` again when it is up")
+
+
 def run(args: argparse.Namespace, params: Params) -> None:
     runs = all_pending()
     if not runs:
@@ -103,8 +112,16 @@ def run(args: argparse.Namespace, params: Params) -> None:
         return
     for pending in runs:  # every record checked before the first is logged
         pending.ops()
+    for uri in sorted({pending.meta()["tracking_uri"] for pending in runs}):
+        check_store(uri, "nothing re-logged, every record")
+    quiet = logging.getLogger("urllib3")  # a store lost mid-way: one line, not its retries
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     created: dict[str, str] = {}
-    for pending in runs:
-        count = relog_run(pending, created)
-        print(f"re-logged {count} records of run {pending.folder.name} "
-              f"({Path(pending.folder)})")
+    try:
+        for pending in runs:
+            count = relog_run(pending, created)
+            print(f"re-logged {count} records of run {pending.folder.name} "
+                  f"({Path(pending.folder)})")
+    finally:
+        quiet.setLevel(level)

@@ -65,10 +65,12 @@ def check_store(params: Params) -> None:
     check_uri(uri, f"tracking URI {uri!r} (from {uri_source(params)})")
 
 
-def check_uri(uri: str, where: str, existing: bool = False) -> None:
-    """Gpt1Error (its line starting with `where`) unless the store at `uri` can be used: a
-    sqlite database's folder exists (`existing`: the database itself, for reading, so that
-    none is created), a server accepts a connection within CHECK_SECONDS."""
+def check_uri(uri: str, where: str, existing: bool = False,
+              remedy: str = "start it, or set tracking.enabled: false") -> None:
+    """Gpt1Error (its line starting with `where`, ending with `remedy` when the server does not
+    answer) unless the store at `uri` can be used: a sqlite database's folder exists
+    (`existing`: the database itself, for reading, so that none is created), a server accepts
+    a connection within CHECK_SECONDS."""
     if uri.startswith("sqlite:"):
         db = Path(uri.split(":///", 1)[-1])
         if existing and not db.is_file():
@@ -89,8 +91,8 @@ def check_uri(uri: str, where: str, existing: bool = False) -> None:
         with socket.create_connection((host, port), timeout=CHECK_SECONDS):
             pass
     except OSError as err:
-        raise Gpt1Error(f"{where}: tracking store not reachable ({err.strerror or err}); "
-                        "start it, or set tracking.enabled: false") from None
+        raise Gpt1Error(f"{where}: tracking store unreachable ({err.strerror or err}); "
+                        f"{remedy}") from None
 
 
 def bound_http_retries() -> None:

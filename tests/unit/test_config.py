@@ -177,6 +177,55 @@ def test_seed_and_id_lists_refused(key: str, value: list[int], needle: str) -> N
     assert "\n" not in str(info.value) and "Value error" not in str(info.value)
 
 
+@pytest.mark.parametrize(("key", "value"), [
+    ("ablations.pilot.lr_grid", [2.5e-4, 0.00025]),
+    ("ablations.pilot.warmup_grid", [0.1, 0.1]),
+    ("ablations.floor.c_grid", [1.0, 4.0, 1.0]),
+    ("finetune.tasks", ["rte", "rte"]),
+    ("ablations.tasks", ["cola", "sst2", "cola"]),
+    ("ablations.pilot.variants", ["full", "full"]),
+    ("curves.arms", ["full", "full"]),
+    ("zeroshot.tasks", ["sst2", "sst2"]),
+    ("orchestrate.io_stages", ["download_corpus", "download_corpus"]),
+    ("bpe.special_tokens", ["_start_", "_start_"]),
+])
+def test_a_grid_or_list_with_a_repeated_value_is_refused(key: str, value: list) -> None:
+    """A grid point or a task listed twice would run twice and count as two (a pilot grid of
+    "at least two" lrs would try one): one line naming the key, at load."""
+    raw = _raw()
+    *path, name = key.split(".")
+    section = raw
+    for part in path:
+        section = section[part]
+    section[name] = value
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw, "p.yaml")
+    assert str(info.value).startswith(f"p.yaml: {key}: must not repeat a value, got "
+                                      f"[{value[-1]!r}] more than once"), info.value
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"ablations": {"floor": {"min_df": 301}}, "curves": {"tasks": []}},
+     "ablations.floor.min_df: 301 exceeds the 300 training texts of the capped training "
+     "sample of cola (finetune.max_train_examples)"),
+    ({"ablations": {"floor": {"min_df": 251}}, "finetune": {"max_train_examples": None}},
+     "ablations.floor.min_df: 251 exceeds the 250 training texts of curve_floor@sst2-250 "
+     "(curves.ns)"),
+])
+def test_a_floor_min_df_above_its_training_texts_is_refused_at_load(edit: dict,
+                                                                    needle: str) -> None:
+    from tests.helpers.params import deep_merge
+
+    raw = deep_merge(_raw(), edit)
+    raw["finetune"]["overrides"] = {}
+    with pytest.raises(ParamsError) as info:
+        parse_params(raw, "p.yaml")
+    assert str(info.value).startswith(f"p.yaml: {needle}"), info.value
+    raw["ablations"]["floor"]["min_df"] = 250
+    parse_params(raw, "p.yaml")
+
+
 def _cli_finetune(tmp_path: Path, pattern: str, replacement: str
                   ) -> subprocess.CompletedProcess[str]:
     """`gpt1 finetune --task rte` in tmp_path on params.yaml with one edit (GPUs hidden)."""

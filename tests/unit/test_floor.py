@@ -126,3 +126,19 @@ def test_a_tiny_sample_still_gets_a_floor(tiny_params) -> None:
     c, cv = floor.choose_c(["good", "bad", "bad"], np.array([1, 0, 0]), cfg, seed=0)
     assert (c, cv) == (min(cfg.c_grid), {})
     assert floor.predict(["dull", "bad"], np.array([0, 0]), ["good"], cfg, c, 0).tolist() == [0]
+
+
+@pytest.mark.parametrize(("min_df", "needle"), [
+    (100, "ablations.floor.min_df: 100 exceeds the 32 texts of the floor's 5-fold "
+          "cross-validation"),
+    (30, "ablations.floor.min_df: 30 leaves no n-gram of the 32 texts of the floor's 5-fold "
+         "cross-validation (none is in that many)"),
+])
+def test_a_min_df_no_n_gram_reaches_names_the_key(tiny_params, min_df: int,
+                                                  needle: str) -> None:
+    """More than the training texts, or more than any n-gram is in: one line naming the key,
+    not scikit-learn's ValueError."""
+    cfg = tiny_params.ablations.floor.model_copy(update={"min_df": min_df, "cv_folds": 5})
+    train = _sentiment_table(40, 0, "tr")
+    with pytest.raises(Gpt1Error, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        floor.choose_c(floor.texts(train), train["label"].to_numpy(), cfg, seed=0)

@@ -6,6 +6,7 @@ and line (or the params key) for each mistake."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ def _paper_tasks_only_afterwards():
 
 def _params(tmp_path: Path, task: dict, name: str = "mine"):
     raw = make_params_dict(tmp_path, {"tasks": {"custom": {name: task}}})
-    raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], name]  # zero-shot etc. stay prepared
+    if name not in raw["finetune"]["tasks"]:  # zero-shot etc. stay prepared
+        raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], name]
     return parse_params(raw, "tiny")
 
 
@@ -129,3 +131,115 @@ def test_a_model_recorded_before_custom_tasks_still_loads(tiny_params, tmp_path:
     raw = tiny_params.as_dict()
     del raw["tasks"]["custom"]
     assert recorded_params({"params": raw}, tmp_path / "model.json").tasks.custom == {}
+
+
+def _classify(tmp_path: Path, name: str, data: bytes, labels=("neg", "pos")):
+    """A task over `data` written as `name` (columns review, sentiment); its registry row."""
+    (tmp_path / name).write_bytes(data)
+    params = _params(tmp_path, {"file": str(tmp_path / name), "text": "review",
+                                "label": "sentiment", "labels": list(labels)})
+    return TASKS["mine"], params
+
+
+def test_a_csv_saved_by_excel_as_csv_utf8_is_read(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8": a byte-order mark, CRLF line ends, a cell with a line break and a
+    quote quoted as Excel quotes them."""
+    lines = ["review,sentiment", *(f"review {i},{'neg pos'.split()[i % 2]}" for i in range(18)),
+             '"two lines\r\nin one cell, and a ""quote""",pos']
+    data = b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n"
+    spec, params = _classify(tmp_path, "excel.csv", data)
+    tables = load.load_task(spec, params.tasks, None)
+    every = {r: t for t in tables.values() for r, t in zip(t["id"], t["text_a"], strict=True)}
+    assert len(every) == 19 and every["mine-2"] == "review 0"
+    assert every["mine-20"] == 'two lines\r\nin one cell, and a "quote"'
+    assert all(not str(t).endswith("\r") for t in every.values())
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    rows = [json.dumps({"review": f"r {i}", "sentiment": "neg pos".split()[i % 2]})
+            for i in range(20)]
+    spec, params = _classify(tmp_path, "t.jsonl", ("\ufeff" + "\r\n".join(rows)).encode())
+    assert sum(len(t) for t in load.load_task(spec, params.tasks, None).values()) == 20
+
+
+def _numbered(n: int = 20) -> list[str]:
+    return ["review,sentiment", *(f"review {i},{'neg pos'.split()[i % 2]}" for i in range(n))]
+
+
+@pytest.mark.parametrize(("line7", "needle"), [
+    ('"the quote opens,neg', "line 7: a quote opened here is never closed"),
+    ('"the quote opens,neg', None),  # closed at line 20 by a quoted field: its quoting breaks
+    ('a 5" screen,"too small,neg', "line 7: a quote opened here is never closed"),
+])
+def test_an_unbalanced_quote_is_named_at_the_line_where_it_opens(tmp_path: Path, line7: str,
+                                                                 needle: str | None) -> None:
+    lines = _numbered()
+    lines[6] = line7
+    if needle is None:
+        lines[19] = '"a quoted review, really",pos'
+        needle = "line 7: an unbalanced quote? a quoted field opened here runs on to line 20"
+    spec, params = _classify(tmp_path, "t.csv", "\n".join(lines).encode())
+    with pytest.raises(Gpt1Error) as err:
+        load.load_task(spec, params.tasks, None)
+    assert str(err.value).startswith(f"{tmp_path / 't.csv'}: {needle}"), err.value
+    assert "\n" not in str(err.value)
+
+
+def test_a_quote_that_swallows_rows_into_a_bad_label_is_named_where_it_opens(
+        tmp_path: Path) -> None:
+    lines = _numbered()
+    lines[6] = '"the quote opens,neg'
+    lines[19] = 'closed here",oops'
+    spec, params = _classify(tmp_path, "t.csv", "\n".join(lines).encode())
+    with pytest.raises(Gpt1Error, match=r"t.csv: line 7: an unbalanced quote\? a quoted field "
+                                        r"opened here runs on to line 20, and then label "):
+        load.load_task(spec, params.tasks, None)
+
+
+@pytest.mark.parametrize(("row", "needle"), [
+    ("I liked it, really,pos", "line 5: 3 comma-separated fields where the header has 2 (a "
+                               "text holding a comma needs quotes)"),
+    ("no label here", "line 5: 1 comma-separated fields where the header has 2"),
+])
+def test_a_row_of_the_wrong_width_is_named(tmp_path: Path, row: str, needle: str) -> None:
+    lines = _numbered()
+    lines[4] = row
+    spec, params = _classify(tmp_path, "t.csv", "\n".join(lines).encode())
+    with pytest.raises(Gpt1Error, match=re.escape(needle)):
+        load.load_task(spec, params.tasks, None)
+
+
+def test_a_declared_label_without_an_example_is_refused_naming_it(tmp_path: Path) -> None:
+    spec, params = _classify(tmp_path, "t.csv", "\n".join(_numbered()).encode(),
+                             labels=("neg", "pos", "neutral"))
+    with pytest.raises(Gpt1Error) as err:
+        load.load_task(spec, params.tasks, None)
+    assert str(err.value) == (
+        f"{tmp_path / 't.csv'}: tasks.custom.mine.labels: 'neutral' has no example in the file "
+        "(its labels: ['neg', 'pos']); drop it from labels or add its examples")
+
+
+def test_a_utf16_file_is_named_as_such(tmp_path: Path) -> None:
+    spec, params = _classify(tmp_path, "t.tsv", "\n".join(_numbered()).encode("utf-16"))
+    with pytest.raises(Gpt1Error, match=r"t.tsv: line 1: UTF-16 text"):
+        load.load_task(spec, params.tasks, None)
+
+
+def test_the_cli_refuses_a_file_mistake_in_one_line_writing_nothing(tmp_path: Path,
+                                                                    capsys) -> None:
+    from gpt1.__main__ import main
+    from tests.helpers.cli import file_tree
+
+    lines = _numbered()
+    lines[6] = '"the quote opens,neg'
+    (tmp_path / "t.csv").write_text("\n".join(lines), encoding="utf-8")
+    raw = make_params_dict(tmp_path, {"tasks": {"custom": {"mine": {
+        "file": str(tmp_path / "t.csv"), "text": "review", "label": "sentiment",
+        "labels": ["neg", "pos"]}}}})
+    raw["finetune"]["tasks"] = [*raw["finetune"]["tasks"], "mine"]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(raw))
+    before = file_tree(tmp_path)
+    assert main(["--params", str(tmp_path / "p.yaml"), "prepare-task", "--task", "mine"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{tmp_path / 't.csv'}: line 7: a quote opened here is never closed" in line
+    assert file_tree(tmp_path) == before
