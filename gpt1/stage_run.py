@@ -25,7 +25,7 @@ def run_stage(name: str, params_path: str, started: float | None = None,
     throughout: a second run of it in this workspace stops in one line; a rank launched by the
     stage runs under its launcher's."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
-    kwargs = stage_arguments(name, values or {}, params.pretrain.seeds)
+    kwargs = stage_arguments(name, values or {}, params.pretrain.seeds, params.tasks.names)
     run_name = address(name, kwargs)
     if "RANK" in os.environ:
         return _run_stage(name, run_name, params, params_path, started, kwargs)

@@ -19,7 +19,8 @@ from gpt1.__main__ import main
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.export import export_hf
-from gpt1.records import read_metrics, variant_results
+from gpt1.records import read_metrics
+from gpt1.report.runs import variant_results
 from gpt1.report.tables import render_custom
 from gpt1.stages import data as data_stages
 from gpt1.stages import finetune as finetune_stages

@@ -57,7 +57,8 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     the run name the CLI gives it is the flow's, for every stage family and item."""
     from gpt1.config import load_params
 
-    seeds = load_params(REPO / "params.yaml").pretrain.seeds
+    params = load_params(REPO / "params.yaml")
+    seeds = params.pretrain.seeds
     plan, commands = _plan_and_commands()
     assert set(plan) == set(commands)
     families = set()
@@ -65,7 +66,7 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     for name in plan:
         argv = shlex.split(commands[name])[3:]  # after `python -m gpt1`
         args = parser.parse_args(argv)
-        kwargs = stage_arguments(args.command, vars(args), seeds)
+        kwargs = stage_arguments(args.command, vars(args), seeds, params.tasks.names)
         assert address(args.command, kwargs) == name
         assert stage_of(name).name == args.command
         families.add(args.command)
