@@ -2,12 +2,12 @@
 
 A record is two JSON files per stage: `<stage>.json` holds the scores only (the DVC metric, so
 `dvc metrics show/diff` carry nothing that changes on a re-run with the same outputs) and the
-sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and, once
-`start_clock` ran, `wall_seconds`, and once `declare_stage` ran, `stage_hash` (the hash of the
-params the stage declares in dvc.yaml: gpt1.freshness). `read_metrics` merges the two back into
-one dict per stage. A pre-training stage also writes its validation curve, `<stage>.curve.json`
-(a list of points, a DVC plot; `<stage>_val.json` before, still read). Nothing else reads or
-writes these files.
+sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and what
+the stage process stamps on it (`wall_seconds`, and `stage_hash`: the hash of the params the
+stage declares in dvc.yaml, gpt1.freshness), from the stage process's `StageContext`.
+`read_metrics` merges the two back into one dict per stage. A pre-training stage also writes
+its validation curve, `<stage>.curve.json` (a list of points, a DVC plot; `<stage>_val.json`
+before, still read). Nothing else reads or writes these files.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +34,46 @@ CURVE_SUFFIX = ".curve.json"
 OLD_CURVE_SUFFIX = "_val.json"
 """The curve's name before CURVE_SUFFIX (committed runs), still read."""
 
-_clock: dict[str, float] = {}
-_stage: dict[str, str] = {}
 
+@dataclass(frozen=True)
+class StageContext:
+    """One stage process's context, made once by gpt1.stage_run and passed to the stage
+    function (its `context` argument; gpt1.stages.recording stamps its records from it):
+    every record the stage writes carries `wall_seconds` since `started` and the stage's
+    `stage_hash`, and only a process that is no launched rank, or rank 0, records."""
 
-def start_clock(at: float | None = None) -> None:
-    """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
-    sidecar of every record written after it carries `wall_seconds` since then."""
-    _clock["start"] = time.perf_counter() if at is None else at
+    stage: str
+    """dvc.yaml's stage name (finetune)."""
+    address: str
+    """The stage run's name, its DVC address (finetune@cola-1234): its MLflow run's name."""
+    params: Params
+    """The params file's, before any override of an arm."""
+    started: float
+    """When the stage's process started (a time.perf_counter value)."""
+    stage_hash: str | None
+    """The hash of the params the stage declares in dvc.yaml (gpt1.freshness); None outside a
+    DVC repository (no dvc.yaml)."""
+    rank: int | None
+    """This process's rank in a launched group (gpt1.launcher.rank); None when not launched."""
 
+    @classmethod
+    def of(cls, stage: str, address: str, params: Params, started: float,
+           rank: int | None) -> StageContext:
+        """The context of stage `stage` run as `address` on `params`, its stage hash computed."""
+        declared = freshness.dvc_yaml().is_file()
+        return cls(stage, address, params, started,
+                   freshness.stage_hash(params, stage) if declared else None, rank)
 
-def declare_stage(stage: str, params: Params) -> None:
-    """This process runs dvc.yaml's stage `stage` on `params` (the params file's, before any
-    override of a variant): every record written after it carries the stage's `stage_hash`.
-    Outside a DVC repository (no dvc.yaml) there is no stage, and no stage hash."""
-    if freshness.dvc_yaml().is_file():
-        _stage["hash"] = freshness.stage_hash(params, stage)
+    @property
+    def records(self) -> bool:
+        """Whether this process writes the stage's records and logs its run (rank 0 of a
+        launched group, or the one process)."""
+        return self.rank in (None, 0)
+
+    def stamp(self) -> dict[str, Any]:
+        """What a record written now carries of its process: its wall time and stage hash."""
+        return {"wall_seconds": round(time.perf_counter() - self.started, 1),
+                **({} if self.stage_hash is None else {"stage_hash": self.stage_hash})}
 
 
 def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
@@ -58,16 +83,14 @@ def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
 
 
 def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
-                  scores: tuple[str, ...]) -> tuple[Path, Path]:
-    """Write the stage's record: the `scores` keys to `<stage>.json`, the rest with the params'
-    config hash (and `wall_seconds` when the clock runs) to the sidecar; returns both paths."""
+                  scores: tuple[str, ...], stamp: Mapping[str, Any] | None = None
+                  ) -> tuple[Path, Path]:
+    """Write the stage's record: the `scores` keys to `<stage>.json`, the rest with the stage
+    process's `stamp` (wall_seconds, stage_hash) and the params' config hash to the sidecar;
+    returns both paths."""
     path, info_path = record_paths(params.paths.metrics, stage)
     info = {k: v for k, v in metrics.items() if k not in scores}
-    if "start" in _clock:
-        info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
-    if "hash" in _stage:
-        info["stage_hash"] = _stage["hash"]
-    atomic.write_json(info_path, {**info, "config_hash": params.digest()})
+    atomic.write_json(info_path, {**info, **(stamp or {}), "config_hash": params.digest()})
     atomic.write_json(path, {k: metrics[k] for k in scores})
     return path, info_path
 

@@ -90,7 +90,7 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     transformers = pytest.importorskip("transformers")
     monkeypatch.chdir(tmp_path)  # the task file is named relative to the repository root
     write_reviews(tmp_path / "reviews.csv")
-    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, tracking.STAGE_ENV, "DVC_STAGE"):
+    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, "DVC_STAGE"):
         monkeypatch.delenv(env, raising=False)
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     raw = make_params_dict(tmp_path, {

@@ -459,15 +459,17 @@ def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_pa
         assert command in text.splitlines()[2], preset
 
 
-def test_a_stage_record_carries_its_wall_time_from_the_stage_clock(
-        make_params, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_record_carries_its_wall_time_from_the_stage_context(make_params) -> None:
     import time
 
+    from gpt1.records import StageContext
+    from gpt1.stages.recording import record
+
     params = make_params({})
-    monkeypatch.setattr(records, "_clock", {})
-    records.write_metrics(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))
-    records.start_clock(time.perf_counter() - 5.0)  # the process started 5 s ago
-    records.write_metrics(params, "clocked", {"rows": 3, "n": 1}, ("rows",))
+    record(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))  # no stage context
+    context = StageContext("clean_corpus", "clean_corpus", params,
+                           time.perf_counter() - 5.0, None, None)  # started 5 s ago
+    record(params, "clocked", {"rows": 3, "n": 1}, ("rows",), context=context)
     metrics = records.read_metrics(params.paths.metrics)
     assert "wall_seconds" not in metrics["unclocked"]
     assert 5.0 <= metrics["clocked"]["wall_seconds"] < 60.0
