@@ -9,6 +9,10 @@ are removed, and a full disk is one DiskFullError naming the destination, the fr
 and the space the write needs. Temp paths carry the
 writer's pid, so one killed before it could clean up is removed by the next write of the same
 destination (and only once its writer is gone).
+
+What gpt1 writes outside the workspace (run locks, error logs, built kernels) goes to the user
+cache, <$XDG_CACHE_HOME or ~/.cache>/gpt1 (`user_cache`), else the system temp folder
+(`cache_dirs`): the one rule of where that is.
 """
 
 from __future__ import annotations
@@ -25,6 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from gpt1.errors import Gpt1Error
+
+
+def user_cache() -> Path:
+    """<$XDG_CACHE_HOME or ~/.cache>/gpt1."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpt1"
+
+
+def cache_dirs(kind: str) -> tuple[Path, Path]:
+    """The folders of one kind of file (`locks`, `errors`), in the order to try them: the
+    user cache's, then the system temp folder's gpt1-<kind> (when the cache is not writable)."""
+    return user_cache() / kind, Path(tempfile.gettempdir()) / f"gpt1-{kind}"
+
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os error 28")

@@ -432,6 +432,11 @@ class TasksCfg(Section):
     """Tasks of the user's own by name (lower-case, not a paper task's): list a name in
     finetune.tasks and DVC prepares, fine-tunes and reports it like the 12 paper tasks."""
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every task these params can run: the paper's 12 and tasks.custom."""
+        return (*PAPER_TASKS, *self.custom)
+
     @model_validator(mode="after")
     def _custom_names(self) -> TasksCfg:
         for name, task in self.custom.items():

@@ -3,7 +3,8 @@
 `launch_if_needed` is what the CLI calls before a launched stage (gpt1.stage_table) runs: with
 more than one process to run, this process checks the batch splits over them
 (`PretrainCfg.accumulation`), starts `python -m gpt1 <stage>` once per rank with torch's elastic
-launcher and waits; each rank then runs the stage itself (gpt1.runtime.distributed joins them).
+launcher and waits; each rank then runs the stage itself (gpt1.runtime.distributed joins them),
+knowing its rank by `rank`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def launch_if_needed(name: str, params: Params, params_path: str, kwargs: dict[s
     """Run stage `name` as pretrain.nproc ranks when that is more than one and this process is
     not a rank already (a StoppedError or Gpt1Error when they stop or fail); False when this
     process is to run the stage itself (one process, a rank, or an import that trains nothing)."""
-    if launched() or params.pretrain.import_hf is not None:
+    if rank() is not None or params.pretrain.import_hf is not None:
         return False
     nproc = ranks_to_launch(params.pretrain.nproc, params.device)
     if nproc == 1:
@@ -62,9 +63,11 @@ def ranks_to_launch(nproc: int | str, requested_device: str) -> int:
     return n
 
 
-def launched() -> bool:
-    """Whether this process is one rank of a launched group (torchrun set WORLD_SIZE)."""
-    return "WORLD_SIZE" in os.environ
+def rank() -> int | None:
+    """This process's rank in a launched group (torchrun's $RANK); None when it is no rank of
+    one. The one reader of the rank: the rest ask the stage context (gpt1.stages.recording)."""
+    value = os.environ.get("RANK")
+    return None if value is None else int(value)
 
 
 def _die_with_parent() -> None:

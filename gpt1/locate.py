@@ -8,7 +8,8 @@ folder is in) whose sha256 is the one the model was trained with), an export-hf 
 (models:/name/version, models:/name@alias, runs:/id/model; self-contained: the registered
 pyfunc model carries the weights and the tokenizer). `located` yields what the tools read: a
 folder with model.json + model.safetensors and the tokenizer folder, written to a temp folder
-when the location is not one already, removed afterwards.
+when the location is not one already, removed afterwards. `run_tool` runs a CLI tool on its
+located model and the params it runs with (the model's own where there is no params file).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import tempfile
+from argparse import Namespace
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpt1.config import load_params
 from gpt1.errors import Gpt1Error
 from gpt1.repo import repo_root
 
@@ -104,6 +107,32 @@ def located(location: str, tokenizer: str | Path | None, tracking_uri: str | Non
     with tempfile.TemporaryDirectory(prefix="gpt1-model-") as tmp, _named(tmp, location):
         checkpoint.write_model(Path(tmp), model, meta)
         yield Path(tmp), export.own_tokenizer(folder, Path(tmp) / "tokenizer")
+
+
+def run_tool(tool: Any, args: Namespace, default_params: str) -> Any:
+    """Run a CLI tool (`tool.run(args, params)`). With `--model` its location is resolved
+    first and the params file is optional: without one (`default_params` absent), the model's
+    own recorded params stand in, so a self-contained model works outside the repository. A
+    tool declaring PARAMS_OPTIONAL gets None without a params file."""
+    from gpt1 import checkpoint
+
+    given = Path(args.params).is_file() or args.params != default_params
+    if not getattr(args, "model", None):
+        optional = getattr(tool, "PARAMS_OPTIONAL", False)  # the tool can do without (None)
+        return tool.run(args, load_params(args.params) if given or not optional else None)
+    params = load_params(args.params) if given else None
+    uri = None
+    if params is not None and args.model.startswith(MLFLOW_SCHEMES):
+        from gpt1 import tracking
+
+        uri = tracking.tracking_uri(params)
+    with located(args.model, None if params is None else params.paths.tokenizer,
+                 uri) as (model_dir, tok_dir):
+        args.model, args.tokenizer = str(model_dir), str(tok_dir)
+        if params is None:
+            params = checkpoint.recorded_params(checkpoint.read_model_meta(model_dir),
+                                                model_dir / checkpoint.MODEL_META)
+        return tool.run(args, params)
 
 
 @contextlib.contextmanager

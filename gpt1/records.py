@@ -2,29 +2,26 @@
 
 A record is two JSON files per stage: `<stage>.json` holds the scores only (the DVC metric, so
 `dvc metrics show/diff` carry nothing that changes on a re-run with the same outputs) and the
-sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and, once
-`start_clock` ran, `wall_seconds`, and once `declare_stage` ran, `stage_hash` (the hash of the
-params the stage declares in dvc.yaml: gpt1.freshness). `read_metrics` merges the two back into
-one dict per stage. A pre-training stage also writes its validation curve, `<stage>.curve.json`
-(a list of points, a DVC plot; `<stage>_val.json` before, still read). Nothing else reads or
-writes these files.
+sidecar `<stage>.info.json` the rest (splits, counts, throughput) plus `config_hash` and what
+the stage process stamps on it (`wall_seconds`, and `stage_hash`: the hash of the params the
+stage declares in dvc.yaml, gpt1.freshness), from the stage process's `StageContext`.
+`read_metrics` merges the two back into one dict per stage. A pre-training stage also writes
+its validation curve, `<stage>.curve.json` (a list of points, a DVC plot; `<stage>_val.json`
+before, still read). Nothing else reads or writes these files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from gpt1 import atomic, freshness, names
+from gpt1 import atomic, freshness
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.tasks.registry import TASKS, Origin
 
 Metrics = dict[str, dict[str, Any]]
 """Record stem (e.g. finetune_cola) -> the record, scores and sidecar merged."""
@@ -37,22 +34,46 @@ CURVE_SUFFIX = ".curve.json"
 OLD_CURVE_SUFFIX = "_val.json"
 """The curve's name before CURVE_SUFFIX (committed runs), still read."""
 
-_clock: dict[str, float] = {}
-_stage: dict[str, str] = {}
 
+@dataclass(frozen=True)
+class StageContext:
+    """One stage process's context, made once by gpt1.stage_run and passed to the stage
+    function (its `context` argument; gpt1.stages.recording stamps its records from it):
+    every record the stage writes carries `wall_seconds` since `started` and the stage's
+    `stage_hash`, and only a process that is no launched rank, or rank 0, records."""
 
-def start_clock(at: float | None = None) -> None:
-    """Start this process's stage clock at `at` (a time.perf_counter value; default now): the
-    sidecar of every record written after it carries `wall_seconds` since then."""
-    _clock["start"] = time.perf_counter() if at is None else at
+    stage: str
+    """dvc.yaml's stage name (finetune)."""
+    address: str
+    """The stage run's name, its DVC address (finetune@cola-1234): its MLflow run's name."""
+    params: Params
+    """The params file's, before any override of an arm."""
+    started: float
+    """When the stage's process started (a time.perf_counter value)."""
+    stage_hash: str | None
+    """The hash of the params the stage declares in dvc.yaml (gpt1.freshness); None outside a
+    DVC repository (no dvc.yaml)."""
+    rank: int | None
+    """This process's rank in a launched group (gpt1.launcher.rank); None when not launched."""
 
+    @classmethod
+    def of(cls, stage: str, address: str, params: Params, started: float,
+           rank: int | None) -> StageContext:
+        """The context of stage `stage` run as `address` on `params`, its stage hash computed."""
+        declared = freshness.dvc_yaml().is_file()
+        return cls(stage, address, params, started,
+                   freshness.stage_hash(params, stage) if declared else None, rank)
 
-def declare_stage(stage: str, params: Params) -> None:
-    """This process runs dvc.yaml's stage `stage` on `params` (the params file's, before any
-    override of a variant): every record written after it carries the stage's `stage_hash`.
-    Outside a DVC repository (no dvc.yaml) there is no stage, and no stage hash."""
-    if freshness.dvc_yaml().is_file():
-        _stage["hash"] = freshness.stage_hash(params, stage)
+    @property
+    def records(self) -> bool:
+        """Whether this process writes the stage's records and logs its run (rank 0 of a
+        launched group, or the one process)."""
+        return self.rank in (None, 0)
+
+    def stamp(self) -> dict[str, Any]:
+        """What a record written now carries of its process: its wall time and stage hash."""
+        return {"wall_seconds": round(time.perf_counter() - self.started, 1),
+                **({} if self.stage_hash is None else {"stage_hash": self.stage_hash})}
 
 
 def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
@@ -62,16 +83,14 @@ def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
 
 
 def write_metrics(params: Params, stage: str, metrics: Mapping[str, Any],
-                  scores: tuple[str, ...]) -> tuple[Path, Path]:
-    """Write the stage's record: the `scores` keys to `<stage>.json`, the rest with the params'
-    config hash (and `wall_seconds` when the clock runs) to the sidecar; returns both paths."""
+                  scores: tuple[str, ...], stamp: Mapping[str, Any] | None = None
+                  ) -> tuple[Path, Path]:
+    """Write the stage's record: the `scores` keys to `<stage>.json`, the rest with the stage
+    process's `stamp` (wall_seconds, stage_hash) and the params' config hash to the sidecar;
+    returns both paths."""
     path, info_path = record_paths(params.paths.metrics, stage)
     info = {k: v for k, v in metrics.items() if k not in scores}
-    if "start" in _clock:
-        info["wall_seconds"] = round(time.perf_counter() - _clock["start"], 1)
-    if "hash" in _stage:
-        info["stage_hash"] = _stage["hash"]
-    atomic.write_json(info_path, {**info, "config_hash": params.digest()})
+    atomic.write_json(info_path, {**info, **(stamp or {}), "config_hash": params.digest()})
     atomic.write_json(path, {k: metrics[k] for k in scores})
     return path, info_path
 
@@ -199,98 +218,3 @@ def read_metrics(metrics_dir: str | Path) -> Metrics:
         if record is not None:
             out[path.stem] = record
     return out
-
-
-def records_digest(metrics: Metrics) -> str:
-    """sha256 (first 12 hex digits) of the stage records a report is built from: which
-    records a saved verdict belongs to."""
-    body = json.dumps(metrics, sort_keys=True, default=str)
-    return hashlib.sha256(body.encode()).hexdigest()[:12]
-
-
-RunKey = tuple[int, int]
-"""A run: (pre-training seed, fine-tuning seed)."""
-
-
-def record_runs(record: Mapping[str, Any]) -> list[RunKey]:
-    """(pretrain_seed, seed) of each per-seed score of a fine-tuning record, aligned with its
-    `per_seed` lists and prediction files; a record without `pretrain_seed` (one pre-training
-    run, e.g. the committed demo records) counts as pre-training seed 0."""
-    if "runs" in record:
-        return [(int(p), int(f)) for p, f in record["runs"]]
-    seeds = record.get("seeds")
-    if not seeds:
-        first: dict[str, Any] = next(iter(record.get("scores", {}).values()), {})
-        seeds = list(range(len(first.get("per_seed") or [0])))
-    return [(int(record.get("pretrain_seed", 0)), int(s)) for s in seeds]
-
-
-def pool_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One record from the records of one task and variant (one per pre-training seed): the
-    first one's fields, per-seed scores, seeds and prediction files concatenated in pre-training
-    seed order, mean and sample sd over all runs, and `runs` = [(pretrain_seed, seed)]."""
-    recs = sorted(recs, key=lambda m: int(m.get("pretrain_seed", 0)))
-    runs = [r for m in recs for r in record_runs(m)]
-    out = {**recs[0], "runs": runs, "seeds": [f for _, f in runs]}
-    if len(recs) == 1:
-        return out
-    scores = {}
-    for name in recs[0].get("scores", {}):
-        if not all(name in m["scores"] for m in recs):
-            continue
-        vals = [float(v) for m in recs
-                for v in (m["scores"][name].get("per_seed") or [m["scores"][name]["mean"]])]
-        sd = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
-        scores[name] = {"mean": float(np.mean(vals)), "sd": sd, "per_seed": vals}
-    preds = {split: [p for m in recs for p in m.get("predictions", {}).get(split, [])]
-             for split in recs[0].get("predictions", {})}
-    return {**out, "scores": scores, "predictions": preds}
-
-
-def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
-    """task -> fine-tuning record of one variant (`full` = the finetune stage; Table 5 rows =
-    finetune_<variant>_<task>), grouped by the records' own task / variant fields: the
-    records of several pre-training seeds are pooled into one (`pool_runs`). A record of a
-    task the params no longer declare (a custom task since removed) is left out."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for stem, m in sorted(metrics.items()):
-        if (stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m
-                and m.get("task") in TASKS):
-            groups.setdefault(m["task"], []).append(m)
-    return {task: pool_runs(recs) for task, recs in groups.items()}
-
-
-def layer_results(metrics: Metrics, task: str, k: int) -> dict[str, Any] | None:
-    """The Figure 2-left record(s) of a task with k blocks transferred (by their fields
-    task / layers_transferred), pooled over pre-training seeds; None if not run."""
-    recs = [m for stem, m in sorted(metrics.items()) if stem.startswith("layers_")
-            and m.get("task") == task and m.get("layers_transferred") == k and "scores" in m]
-    return pool_runs(recs) if recs else None
-
-
-def first_run(metrics: Metrics, stem: str, **fields: Any) -> dict[str, Any] | None:
-    """The record `stem` of a single-run layout, else the one of stage `stem` whose fields
-    match `fields` with the lowest pretrain_seed (one record per pre-training run, stem
-    `<stem>_p<pretrain_seed>`: gpt1.names.record_stem); None without either."""
-    if stem in metrics:
-        return metrics[stem]
-    hits = sorted((m["pretrain_seed"], s) for s, m in metrics.items()
-                  if "pretrain_seed" in m and s == names.record_stem(stem, m["pretrain_seed"])
-                  and all(m.get(k) == v for k, v in fields.items()))
-    return metrics[hits[0][1]] if hits else None
-
-
-def split_origins(record: Mapping[str, Any]) -> dict[str, Origin]:
-    """Split -> origin of a fine-tuning record: its own `origins`, or its task's in the
-    registry for a record that carries none."""
-    return dict(record.get("origins") or TASKS[record["task"]].origins)
-
-
-def scored_on(record: Mapping[str, Any]) -> str | None:
-    """What a fine-tuning record was scored on, in words: its `scored_on`, or for a record that
-    carries none the first clause of its `eval_split` text; None without either."""
-    if "scored_on" in record:
-        return str(record["scored_on"])
-    if "eval_split" not in record:
-        return None
-    return str(record["eval_split"]).split(";")[0].removeprefix("test = ")

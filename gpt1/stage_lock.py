@@ -20,11 +20,11 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from gpt1.atomic import cache_dirs
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
 
@@ -32,10 +32,8 @@ log = logging.getLogger(__name__)
 
 
 def lock_dirs() -> tuple[Path, Path]:
-    """<cache>/gpt1/locks ($XDG_CACHE_HOME or ~/.cache, as the error logs), else the system
-    temp folder's gpt1-locks when the cache is not writable."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "gpt1" / "locks", Path(tempfile.gettempdir()) / "gpt1-locks"
+    """<cache>/gpt1/locks, else the system temp folder's gpt1-locks (gpt1.atomic)."""
+    return cache_dirs("locks")
 
 
 def lock_name(run: str, params: Params) -> str:

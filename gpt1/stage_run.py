@@ -3,18 +3,21 @@
 `run_stage` loads the params, resolves the stage's arguments (the pre-training seed
 included) and its run name (`stage_table.address`, DVC's address), holds the stage's lock
 (gpt1.stage_lock), checks the device, launches pretrain.nproc ranks for a launched stage
-(gpt1.launcher), starts the record clock (gpt1.records) and runs the function inside the
-stage's MLflow run. Errors propagate: the CLI's `guarded` turns them into one line.
+(gpt1.launcher), makes the stage context (gpt1.records.StageContext: run name,
+params, start time, stage hash, rank) and runs the function on it inside the stage's MLflow
+run. Errors propagate: the CLI's `guarded` turns them into one line.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import time
 from collections.abc import Callable
 from typing import Any
 
+from gpt1 import launcher
 from gpt1.config import Params, load_params
+from gpt1.records import StageContext
 from gpt1.stage_table import STAGES, address, stage_arguments
 
 
@@ -24,10 +27,11 @@ def run_stage(name: str, params_path: str, started: float | None = None,
     (a perf_counter value; default now). The stage's lock (gpt1.stage_lock) is held
     throughout: a second run of it in this workspace stops in one line; a rank launched by the
     stage runs under its launcher's."""
+    started = time.perf_counter() if started is None else started
     params = load_params(params_path)  # fail on bad params before importing anything heavy
-    kwargs = stage_arguments(name, values or {}, params.pretrain.seeds)
+    kwargs = stage_arguments(name, values or {}, params.pretrain.seeds, params.tasks.names)
     run_name = address(name, kwargs)
-    if "RANK" in os.environ:
+    if launcher.rank() is not None:
         return _run_stage(name, run_name, params, params_path, started, kwargs)
     from gpt1 import stage_lock
 
@@ -41,7 +45,7 @@ def run_stage(name: str, params_path: str, started: float | None = None,
 
 
 def _run_stage(name: str, run_name: str, params: Params, params_path: str,
-               started: float | None, kwargs: dict[str, Any]) -> Any:
+               started: float, kwargs: dict[str, Any]) -> Any:
     from gpt1 import tracking
 
     stage = STAGES[name]
@@ -50,18 +54,11 @@ def _run_stage(name: str, run_name: str, params: Params, params_path: str,
         from gpt1 import runtime
 
         runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
-    if stage.launched:
-        from gpt1 import launcher
-
-        if launcher.launch_if_needed(name, params, params_path, kwargs):
-            return None  # the ranks ran the stage
-    os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
-    from gpt1 import records
-
-    records.start_clock(started)
-    records.declare_stage(name, params)  # its records carry the hash of its declared params
+    if stage.launched and launcher.launch_if_needed(name, params, params_path, kwargs):
+        return None  # the ranks ran the stage
+    context = StageContext.of(name, run_name, params, started, launcher.rank())
     fn: Callable[..., Any] = getattr(importlib.import_module(stage.module), stage.attribute)
-    if not stage.tracked or os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 logs
-        return fn(params, **kwargs)
-    with tracking.stage_scope(run_name, params):  # open before the work
-        return fn(params, **kwargs)
+    if not stage.tracked or not context.records:  # torchrun: rank 0 logs
+        return fn(params, **kwargs, context=context)
+    with tracking.stage_scope(run_name, params, name):  # open before the work
+        return fn(params, **kwargs, context=context)

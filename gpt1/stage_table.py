@@ -6,13 +6,15 @@ command launches pretrain.nproc ranks (torchrun), whether it runs once per pre-t
 and the keys of its DVC address (the foreach / matrix keys, in dvc.yaml's order). `address`
 is the one naming function: the CLI names runs with it, and tests/unit/test_stage_table.py
 checks that it gives DVC's own address for every stage dvc.yaml renders, which is the name
-the flow runs each stage under.
+the flow runs each stage under. `docstrings` reads a module's docstrings from its source, the
+CLI's help text (`summary`, `first_paragraph`) for the stages and the tools alike.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,12 +126,16 @@ def resolve_pretrain_seed(seeds: Sequence[int], seed: int | None) -> int:
     return seed
 
 
-def stage_arguments(name: str, values: Mapping[str, Any], seeds: Sequence[int]
-                    ) -> dict[str, Any]:
+def stage_arguments(name: str, values: Mapping[str, Any], seeds: Sequence[int],
+                    tasks: Sequence[str]) -> dict[str, Any]:
     """The keyword arguments stage `name` runs with, from `values` (parsed CLI arguments): its
-    arguments, and for a seeded stage the pre-training seed resolved against `seeds`."""
+    arguments, a task checked against `tasks` (the params' tasks.names), and for a seeded stage
+    the pre-training seed resolved against `seeds`."""
     stage = STAGES[name]
     kwargs = {arg: values[arg] for arg in stage.arguments}
+    if "task" in kwargs and kwargs["task"] not in tasks:
+        raise Gpt1Error(f"--task: unknown task {kwargs['task']!r}; choose from "
+                        f"{', '.join(map(repr, tasks))}")
     if stage.seeded:
         kwargs[PRETRAIN_SEED] = resolve_pretrain_seed(seeds, values.get(PRETRAIN_SEED))
     return kwargs
@@ -144,13 +150,34 @@ def address(name: str, kwargs: Mapping[str, Any]) -> str:
 
 def function_doc(stage: Stage) -> str:
     """The docstring of a stage's function, read from its source without importing it (torch)."""
-    return _docstrings(stage.module).get(stage.attribute, "")
+    return docstrings(stage.module).get(stage.attribute, "")
+
+
+def module_doc(module: str) -> str:
+    """The docstring of a gpt1 module (a tool's), read from its source without importing it."""
+    return docstrings(module).get("", "")
+
+
+def first_paragraph(doc: str) -> str:
+    """A docstring's user-facing part (a command's description): the rest is notes for
+    readers of the code."""
+    return doc.split("\n\n", 1)[0]
+
+
+def summary(doc: str) -> str:
+    """A command's one-line help: the docstring's first sentence, whole (its wrapped lines
+    joined), never a line cut mid-sentence."""
+    text = " ".join(first_paragraph(doc).split())
+    match = re.search(r"(?<![ .]e\.g)(?<![ .]i\.e)[.!?](?=\s)", text)
+    return text[:match.end()] if match else text
 
 
 @functools.cache
-def _docstrings(module: str) -> dict[str, str]:
-    """Function name -> docstring of a gpt1 module, by its source."""
+def docstrings(module: str) -> dict[str, str]:
+    """The docstrings of a gpt1 module, by its source: function name -> its docstring, and ""
+    -> the module's."""
     path = Path(__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {node.name: ast.get_docstring(node) or "" for node in tree.body
-            if isinstance(node, ast.FunctionDef)}
+    return {"": ast.get_docstring(tree) or "",
+            **{node.name: ast.get_docstring(node) or "" for node in tree.body
+               if isinstance(node, ast.FunctionDef)}}

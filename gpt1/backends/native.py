@@ -1,8 +1,8 @@
 """Build, verify and load the fused CPU kernels (kernels.c) as a shared library.
 
 The library is compiled on first use with the system C compiler (`$CC`, else `cc`) for this
-machine's CPU (-march=native) into `$GPT1_KERNEL_CACHE` (default `~/.cache/gpt1`), keyed by a
-hash of the source, flags and CPU, and written to a temp name then renamed. Next to each
+machine's CPU (-march=native) into `$GPT1_KERNEL_CACHE` (default the user cache, gpt1.atomic),
+keyed by a hash of the source, flags and CPU, and written to a temp name then renamed. Next to each
 library its sha256 is recorded at build (`.so.sha256`); a library whose bytes do not match
 its record (damaged, replaced, or put there by anything but this build) is never loaded: it
 is removed and rebuilt once. With no compiler the caller falls back to torch ops, after one
@@ -79,8 +79,7 @@ def _build() -> Path | None:
         [source, " ".join([cc, *flags]).encode(), platform.machine().encode(),
          _cpu_signature().encode()]
     )).hexdigest()[:16]
-    cache = Path(os.environ.get("GPT1_KERNEL_CACHE")
-                 or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpt1")
+    cache = Path(os.environ.get("GPT1_KERNEL_CACHE") or atomic.user_cache())
     target = cache / f"kernels-{key}.so"
     if target.exists():
         return target

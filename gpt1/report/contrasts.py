@@ -17,7 +17,7 @@ import numpy as np
 from gpt1 import stats
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.records import RunKey, record_runs
+from gpt1.report.runs import RunKey, record_runs
 from gpt1.scoring import score_features, score_from_sums, score_parts
 from gpt1.tasks.registry import TASKS
 

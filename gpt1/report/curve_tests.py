@@ -13,7 +13,7 @@ import numpy as np
 
 from gpt1 import names, stats
 from gpt1.config import Params
-from gpt1.records import Metrics, layer_results
+from gpt1.records import Metrics
 from gpt1.report.contrasts import (
     Preds,
     Term,
@@ -38,6 +38,7 @@ from gpt1.report.estimates import (
     run_points,
 )
 from gpt1.report.figure2 import MODEL_LABELS, ZsPreds, scored_key, zeroshot_predictions
+from gpt1.report.runs import layer_results
 
 PAPER_LAYER_TASKS = ("mnli", "race")
 

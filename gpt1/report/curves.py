@@ -19,7 +19,7 @@ from typing import Any
 
 from gpt1 import stats
 from gpt1.config import Params
-from gpt1.records import Metrics, RunKey, record_runs
+from gpt1.records import Metrics
 from gpt1.report.contrasts import (
     RunPreds,
     Term,
@@ -31,6 +31,7 @@ from gpt1.report.contrasts import (
 )
 from gpt1.report.estimates import component
 from gpt1.report.figure2 import scored_key
+from gpt1.report.runs import RunKey, record_runs
 
 FLOOR_ARM = "bow"
 """The floor's line of the labelled-data curve (gpt1.floor.VARIANT)."""

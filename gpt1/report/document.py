@@ -11,7 +11,7 @@ from typing import Any
 from gpt1 import names
 from gpt1.config import Params
 from gpt1.freshness import is_current
-from gpt1.records import Metrics, first_run, split_origins, variant_results
+from gpt1.records import Metrics
 from gpt1.repo import git
 from gpt1.report.curves import FIGURE, curves_section, plot_curves
 from gpt1.report.estimates import Finding, findings_json
@@ -29,6 +29,7 @@ from gpt1.report.figure2 import (
 from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.pilots import pilot_section
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
+from gpt1.report.runs import first_run, split_origins, variant_results
 from gpt1.report.tables import render_ablations, render_custom, render_table
 from gpt1.tasks.registry import TASKS
 

@@ -14,7 +14,8 @@ import numpy as np
 
 from gpt1 import stats
 from gpt1.errors import Gpt1Error
-from gpt1.records import Metrics, record_runs, records_digest
+from gpt1.records import Metrics
+from gpt1.report.runs import record_runs, records_digest
 from gpt1.tasks.registry import TASKS
 
 NO_CI = "no CI: predictions not available"

@@ -13,8 +13,9 @@ import numpy as np
 from gpt1 import names
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
-from gpt1.records import Metrics, layer_results
+from gpt1.records import Metrics
 from gpt1.report.contrasts import Preds, RowPreds, Term, contrast, read_predictions, run_contrast
+from gpt1.report.runs import layer_results
 from gpt1.tasks.registry import TASKS
 
 MODEL_LABELS = {names.TRANSFORMER: "Transformer", names.LSTM: "LSTM"}

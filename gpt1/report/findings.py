@@ -17,7 +17,7 @@ from typing import Any
 
 from gpt1 import stats
 from gpt1.config import Params
-from gpt1.records import Metrics, variant_results
+from gpt1.records import Metrics
 from gpt1.report.contrasts import arm_flags, contrast, row_predictions, run_text
 from gpt1.report.curve_tests import layers_finding, zeroshot_finding
 from gpt1.report.estimates import (
@@ -36,6 +36,7 @@ from gpt1.report.estimates import (
     run_points,
 )
 from gpt1.report.pilots import finding_gate
+from gpt1.report.runs import variant_results
 
 LARGE_TRAIN = 100_000
 """Training examples from which a task counts as large for finding (b): the paper's aux-LM gain

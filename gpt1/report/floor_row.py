@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpt1.config import Params
-from gpt1.records import Metrics, variant_results
+from gpt1.records import Metrics
 from gpt1.report.contrasts import (
     RowPreds,
     cell_flags,
@@ -24,6 +24,7 @@ from gpt1.report.contrasts import (
     row_predictions,
     seed_mean,
 )
+from gpt1.report.runs import variant_results
 
 VARIANT = "bow"
 """The floor's variant in records (gpt1.floor.VARIANT; that module imports scikit-learn)."""

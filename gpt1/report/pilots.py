@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpt1.config import Params
-from gpt1.records import Metrics, variant_results
+from gpt1.records import Metrics
 from gpt1.report.estimates import NOT_EVALUABLE, UNTESTABLE
+from gpt1.report.runs import variant_results
 from gpt1.tasks.registry import TASKS
 
 CLEARS, FAILS, UNDECIDED, NOT_GATED = "clears", "fails", "not evaluable", "not gated"

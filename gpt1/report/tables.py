@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from gpt1.config import Params
-from gpt1.records import Metrics, scored_on, variant_results
+from gpt1.records import Metrics
 from gpt1.report.contrasts import (
     RowPreds,
     baseline_text,
@@ -25,6 +25,7 @@ from gpt1.report.contrasts import (
     seed_mean,
 )
 from gpt1.report.floor_row import floor_line, render_floor_row
+from gpt1.report.runs import scored_on, variant_results
 
 TABLE_TITLES = {
     "table2": "Table 2: natural language inference (accuracy)",

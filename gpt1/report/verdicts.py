@@ -25,7 +25,7 @@ from gpt1 import stats
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
-from gpt1.records import Metrics, read_metrics, variant_results
+from gpt1.records import Metrics, read_metrics
 from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.estimates import (
     NOT_EVALUABLE,
@@ -38,6 +38,7 @@ from gpt1.report.estimates import (
 )
 from gpt1.report.figure2 import at_floors, layer_curves, zeroshot_curves
 from gpt1.report.findings import evaluate_findings, harmonic_n, paper_gap, row_mde, row_variance
+from gpt1.report.runs import variant_results
 
 DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
 

@@ -1,4 +1,5 @@
-"""One module per stage family; each stage is a function (params, **arguments) -> metrics.
+"""One module per stage family; each stage is a function (params, **arguments, context) ->
+metrics, `context` the stage process's StageContext (gpt1.records) or None.
 
 Each stage loads its inputs, calls the library, writes its outputs atomically and its record
 (`<paths.metrics>/<stem>.json` + sidecar) through `recording.record`, and logs to MLflow. The

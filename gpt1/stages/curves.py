@@ -16,6 +16,7 @@ from gpt1 import atomic, floor, names, tracking
 from gpt1 import checkpoint as ckpt
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
+from gpt1.records import StageContext
 from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import import_hf
 from gpt1.stages.finetune import finetune_variant
@@ -71,8 +72,8 @@ def arm_params(params: Params, task: str, arm: str) -> tuple[Params, str]:
     return run, names.body(params.ablations.presets[arm].body)
 
 
-def curve_n(params: Params, task: str, n: int, arm: str, pretrain_seed: int | None = None
-            ) -> dict[str, Any]:
+def curve_n(params: Params, task: str, n: int, arm: str, pretrain_seed: int | None = None,
+            *, context: StageContext | None = None) -> dict[str, Any]:
     """The labelled-data curve at one point: `arm` fine-tuned on n training examples of `task`
     per fine-tuning seed (each seed its own seeded sample), scored on the task's test split
     like every fine-tune; record curve_n_<task>_<n>_<arm>_p<pretrain_seed>."""
@@ -82,10 +83,11 @@ def curve_n(params: Params, task: str, n: int, arm: str, pretrain_seed: int | No
     return finetune_variant(with_caps(run, task, n, None), task, f"{N_PREFIX}_{arm}", kind,
                             pretrain_seed,
                             out=f"{N_PREFIX}/{arm}/{task}_{n}", stem=f"{N_PREFIX}_{task}_{n}_{arm}",
-                            record_params=params, held_out=held)
+                            record_params=params, held_out=held, context=context)
 
 
-def curve_floor(params: Params, task: str, n: int) -> dict[str, Any]:
+def curve_floor(params: Params, task: str, n: int, *, context: StageContext | None = None
+                ) -> dict[str, Any]:
     """The bag-of-words floor of the labelled-data curve at n (gpt1/floor.py on the same
     training samples the neural arms draw at n); record curve_floor_<task>_<n>."""
     _check(params, task, n)
@@ -94,7 +96,8 @@ def curve_floor(params: Params, task: str, n: int) -> dict[str, Any]:
     with tracking.start_run(stem, params):
         metrics = floor.run(with_caps(params, task, n, None), task,
                             out=f"{N_PREFIX}/{floor.VARIANT}/{task}_{n}", held_out=held)
-        record(params, stem, metrics, ("scores",) if "scores" in metrics else ())
+        record(params, stem, metrics, ("scores",) if "scores" in metrics else (),
+               context=context)
     return metrics
 
 
@@ -106,7 +109,8 @@ def kept_steps(params: Params, pretrain_seed: int) -> list[int]:
 
 
 def curve_step(params: Params, task: str, checkpoint: int,
-               pretrain_seed: int | None = None) -> dict[str, Any]:
+               pretrain_seed: int | None = None, *,
+               context: StageContext | None = None) -> dict[str, Any]:
     """The pre-training-compute curve at one point: the `full` row's recipe (at the (lr,
     warm-up) its pilot chose, as arm_params gives it) on curves.compute_n training examples of
     `task`, fine-tuned from the `checkpoint`-th kept zero-shot checkpoint (step order) of
@@ -122,7 +126,8 @@ def curve_step(params: Params, task: str, checkpoint: int,
         with atomic.atomic_path(Path(params.paths.finetuned) / tag / STEP_PREFIX
                                 / f"{task}_{checkpoint}") as tmp:
             tmp.mkdir()  # the stage's (empty) output
-        return import_hf.not_run(params, names.record_stem(stem, pretrain_seed))
+        return import_hf.not_run(params, names.record_stem(stem, pretrain_seed),
+                                 context=context)
     steps = kept_steps(params, pretrain_seed)
     if checkpoint >= len(steps):
         raise Gpt1Error(f"pre-training run {tag} kept {len(steps)} zero-shot checkpoints "
@@ -134,4 +139,5 @@ def curve_step(params: Params, task: str, checkpoint: int,
                     None)
     return finetune_variant(run, task, STEP_PREFIX, names.TRANSFORMER, pretrain_seed,
                             out=f"{STEP_PREFIX}/{task}_{checkpoint}", stem=stem,
-                            record_params=params, step=steps[checkpoint], held_out=held)
+                            record_params=params, step=steps[checkpoint], held_out=held,
+                            context=context)

@@ -12,6 +12,7 @@ from gpt1 import atomic, bpe, hf_import, tracking
 from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
+from gpt1.records import StageContext
 from gpt1.stages.recording import record, record_in_own_run
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS, TaskSpec
@@ -24,7 +25,7 @@ def _read_corpus(params: Params) -> Any:
     return read_parquet_artifact(params.paths.clean_corpus, "clean_corpus")
 
 
-def scan_mirror(params: Params) -> dict[str, int]:
+def scan_mirror(params: Params, *, context: StageContext | None = None) -> dict[str, int]:
     """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
     folders = {name: spec.mirror_dir for name, spec in TASKS.items() if spec.custom is None}
     files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
@@ -37,17 +38,17 @@ def scan_mirror(params: Params) -> dict[str, int]:
     return counts
 
 
-def download_corpus(params: Params) -> dict[str, Any]:
+def download_corpus(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Resolve the raw corpus (mirror read in place, or the hub) and write its manifest."""
     manifest = sources.download_corpus(params.data, params.paths.mirror_dir, params.paths.raw)
     metrics = {"source": manifest["source"], "files": len(manifest["files"]),
                "bytes": sum(f["bytes"] for f in manifest["files"]),
                "skipped": sources.skipped_counts(manifest)}
-    record_in_own_run(params, "download_corpus", metrics, ("files",))
+    record_in_own_run(params, "download_corpus", metrics, ("files",), context=context)
     return metrics
 
 
-def clean_corpus(params: Params) -> dict[str, Any]:
+def clean_corpus(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Raw documents -> cleaned, standardized corpus parquet; stats as the stage metrics."""
     docs = sources.raw_documents(sources.read_manifest(params.paths.raw))
     kept, stats = clean.clean_documents(docs, params.clean)
@@ -56,13 +57,13 @@ def clean_corpus(params: Params) -> dict[str, Any]:
                         params.paths.raw)
     with atomic.atomic_path(params.paths.clean_corpus) as tmp:
         clean.documents_frame(kept).to_parquet(tmp, index=False)
-    record_in_own_run(params, "clean_corpus", stats, ("documents",))
+    record_in_own_run(params, "clean_corpus", stats, ("documents",), context=context)
     log.info("clean: %d documents, %d characters, dropped %s", stats["documents"],
              stats["characters"], {k: v for k, v in stats["dropped"].items() if v})
     return stats
 
 
-def check_corpus(params: Params) -> dict[str, Any]:
+def check_corpus(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """great-expectations gate over the cleaned corpus (Data Docs HTML in paths.data_docs,
     logged to MLflow); fails the stage on any violation."""
     with tracking.start_run("check_corpus", params):
@@ -74,36 +75,36 @@ def check_corpus(params: Params) -> dict[str, Any]:
         tracking.log_artifact(Path(params.paths.data_docs) / "corpus", "data_docs")
         metrics = {k: report[k] for k in ("success", "n_rows", "evaluated", "failed",
                                           "data_docs")}
-        record(params, "check_corpus", metrics, ("failed",))
+        record(params, "check_corpus", metrics, ("failed",), context=context)
     if not report["success"]:
         raise Gpt1Error(f"{checks.summarize(report)} (Data Docs {report['data_docs']})",
                         params.paths.corpus_checks)
     return metrics
 
 
-def data_docs(params: Params) -> dict[str, Any]:
+def data_docs(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """One Data Docs home page over every data gate's site (readable offline)."""
     gates: dict[str, str | Path] = {"corpus": params.paths.corpus_checks}
     gates.update({t: Path(params.paths.tasks) / t / "checks.json" for t in params.finetune.tasks})
     return {"home": str(checks.write_home(params.paths.data_docs, gates))}
 
 
-def train_bpe(params: Params) -> dict[str, Any]:
+def train_bpe(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
     if params.pretrain.import_hf is not None:  # convert the checkpoint's tokenizer instead
         from gpt1.stages import import_hf  # torch: only on this path
 
-        return import_hf.train_bpe(params)
+        return import_hf.train_bpe(params, context=context)
     texts = _read_corpus(params)["text"].tolist()
     start = time.perf_counter()
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
     metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
                "tokenizer_hash": tok.hash, "seconds": round(time.perf_counter() - start, 2)}
-    record_in_own_run(params, "train_bpe", metrics, ("vocab_size",))
+    record_in_own_run(params, "train_bpe", metrics, ("vocab_size",), context=context)
     return metrics
 
 
-def shard_corpus(params: Params) -> dict[str, Any]:
+def shard_corpus(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Encode the cleaned corpus into train/val token shards, split by document."""
     corpus = _read_corpus(params)
     tok = bpe.load_bpe(params.paths.tokenizer)
@@ -119,7 +120,7 @@ def shard_corpus(params: Params) -> dict[str, Any]:
         "tokens_per_second": round(sum(v["tokens"] for v in splits.values()) / seconds),
         "tokenizer_hash": tok.hash,
     }
-    record_in_own_run(params, "shard_corpus", metrics, ("tokens",))
+    record_in_own_run(params, "shard_corpus", metrics, ("tokens",), context=context)
     log.info("shards: %s documents, %s tokens", metrics["documents"], metrics["tokens"])
     return metrics
 
@@ -131,7 +132,8 @@ def task_spec(params: Params, task: str) -> TaskSpec:
     return TASKS[task]
 
 
-def prepare_task(params: Params, task: str) -> dict[str, Any]:
+def prepare_task(params: Params, task: str, *, context: StageContext | None = None
+                 ) -> dict[str, Any]:
     """Mirror (or hub) files -> validated canonical train/dev/test tables of one task."""
     spec = task_spec(params, task)
     mirror = params.paths.mirror_dir
@@ -146,7 +148,7 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
                    "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                    "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                    "checks_passed": all(r["success"] for r in report.values())}
-        record(params, f"prepare_task_{task}", metrics, ("rows",))
+        record(params, f"prepare_task_{task}", metrics, ("rows",), context=context)
     log.info("%s: %s", task, metrics["rows"])
     return metrics
 

@@ -21,6 +21,7 @@ from gpt1.finetune import (
     resolve_hparams,
     train_subset_seed,
 )
+from gpt1.records import StageContext
 from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import logged_models
 from gpt1.stages.data import task_spec
@@ -38,27 +39,29 @@ def task_truncation(params: Params, task: str) -> formats.Truncation:
     return formats.Truncation(params.model.n_positions, rule, params.tasks.truncate_keep)
 
 
-def finetune(params: Params, task: str, pretrain_seed: int | None = None) -> dict[str, Any]:
+def finetune(params: Params, task: str, pretrain_seed: int | None = None, *,
+             context: StageContext | None = None) -> dict[str, Any]:
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table), at
     the (lr, warm-up) its pilot chose where ablations.pilot tunes `full` on the task."""
     lr, warmup = pilot_choice(params, FULL_ARM, task)
     return finetune_variant(ablation_params(params, FULL_ARM, lr, warmup), task, FULL_ARM,
                             names.TRANSFORMER, pretrain_seed,
-                            record_params=params)
+                            record_params=params, context=context)
 
 
 def finetune_variant(params: Params, task: str, variant: str, kind: str,
                      pretrain_seed: int | None = None, out: str = "", stem: str = "",
                      record_params: Params | None = None, step: int | None = None,
-                     held_out: Collection[str] = ()) -> dict[str, Any]:
+                     held_out: Collection[str] = (), *,
+                     context: StageContext | None = None) -> dict[str, Any]:
     """Fine-tune a `kind` body (transformer | lstm) of pre-training run `pretrain_seed` on
     `task`; the ablations, Figure 2 left and the curves reuse this with their own params and
     variant name. Writes to <paths.finetuned>/p<pretrain_seed>/<out> (default <task> or
     <variant>/<task>) and the record <stem>_p<pretrain_seed> (default
     finetune[_<variant>]_<task>); record_params = the params whose digest the record carries
     (default params); `step` = the kept zero-shot checkpoint of that step to start from
-    (default: the final weights). Only the finetune stage (the `full` variant at its default
-    `out`) keeps the task model `gpt1 predict` uses.
+    (default: the final weights); `context` stamps the record. Only the finetune stage (the
+    `full` variant at its default `out`) keeps the task model `gpt1 predict` uses.
 
     Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
     its own order, never on a row whose id is in `held_out` (the curves: the pilot's split);
@@ -121,7 +124,8 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
                                   out_dir, pretrain_seed)
         if step is not None:
             metrics["pretrain_step"] = step
-        record(record_params or params, stem, metrics, ("scores",), summary=metrics)
+        record(record_params or params, stem, metrics, ("scores",), summary=metrics,
+               context=context)
     log.info("%s %s p%d: %s = %.4f", variant, task, pretrain_seed, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
@@ -171,8 +175,8 @@ def finetune_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, vari
     }
 
 
-def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None
-             ) -> dict[str, Any]:
+def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None, *,
+             context: StageContext | None = None) -> dict[str, Any]:
     """Table 5: the finetune stage on `task` with the overrides of `variant` (same loop), at
     the lr its pilot chose where ablations.pilot tunes it."""
     if task not in params.ablations.tasks:
@@ -180,11 +184,12 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
     ablation_params(params, variant)  # an unknown variant: one line, listed
     variant_params = ablation_params(params, variant, *pilot_choice(params, variant, task))
     kind = params.ablations.presets[variant].body
-    return finetune_variant(variant_params, task, variant, kind, pretrain_seed)
+    return finetune_variant(variant_params, task, variant, kind, pretrain_seed,
+                            context=context)
 
 
-def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None
-                    ) -> dict[str, Any]:
+def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None,
+                    *, context: StageContext | None = None) -> dict[str, Any]:
     """Figure 2 left: the finetune stage (the `full` row at the (lr, warm-up) its pilot chose,
     where ablations.pilot tunes it on `task`) with the embeddings + first `layers` blocks
     transferred, scored like every fine-tune on the task's test split (disjoint from its
@@ -197,15 +202,17 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
                     finetune={"layers_transferred": layers, "init": "pretrained"})
     return finetune_variant(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
                             out=f"layers/{task}_{layers}", stem=f"layers_{task}_{layers}",
-                            record_params=params)
+                            record_params=params, context=context)
 
 
-def floor_stage(params: Params, task: str) -> dict[str, Any]:
+def floor_stage(params: Params, task: str, *, context: StageContext | None = None
+                ) -> dict[str, Any]:
     """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
     (record finetune_bow_<task>, logged to its own MLflow run)."""
     stem = f"finetune_{floor.VARIANT}_{task}"
     with tracking.start_run(stem, params):
         metrics = floor.run(params, task)
-        record(params, stem, metrics, ("scores",) if "scores" in metrics else ())
+        record(params, stem, metrics, ("scores",) if "scores" in metrics else (),
+               context=context)
     return metrics
 

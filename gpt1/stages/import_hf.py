@@ -39,26 +39,27 @@ from gpt1.config import Params
 from gpt1.data import shards
 from gpt1.data.loader import eval_windows
 from gpt1.model import GPT
+from gpt1.records import StageContext
 from gpt1.runtime import resolve_precision
 from gpt1.stages.recording import record, record_in_own_run
 
 log = logging.getLogger(__name__)
 
-def train_bpe(params: Params) -> dict[str, Any]:
+def train_bpe(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """The checkpoint's tokenizer at paths.tokenizer (the train_bpe stage's record)."""
     tok = hf_import.import_tokenizer(params)
     metrics = {"vocab_size": tok.vocab_size, "n_merges": params.bpe.n_merges,
                "tokenizer_hash": tok.hash, "imported_from": params.pretrain.import_hf}
-    record_in_own_run(params, "train_bpe", metrics, ("vocab_size",))
+    record_in_own_run(params, "train_bpe", metrics, ("vocab_size",), context=context)
     return metrics
 
 
-def pretrain(params: Params, stage: str, kind: str, pretrain_seed: int, run_dir: Path
-             ) -> dict[str, Any]:
+def pretrain(params: Params, stage: str, kind: str, pretrain_seed: int, run_dir: Path, *,
+             context: StageContext | None = None) -> dict[str, Any]:
     """The pretrain stage's import into `run_dir` (its record: validation loss on our held-out
     books); the LSTM's pre-training does not run (`not_run`)."""
     if names.body(kind) != names.TRANSFORMER:
-        return not_run(params, stage, run_dir=run_dir)
+        return not_run(params, stage, run_dir=run_dir, context=context)
     tok = bpe.load_bpe(params.paths.tokenizer)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
     cfg = params.pretrain
@@ -75,14 +76,15 @@ def pretrain(params: Params, stage: str, kind: str, pretrain_seed: int, run_dir:
         metrics = {**val, "backend": meta["backend"], "imported_from": meta["imported_from"],
                    "body": names.body(kind), "pretrain_seed": pretrain_seed}
         records.write_curve(params, stage, [{"step": 0, **val}])
-        record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val)
+        record(params, stage, metrics, ("val_loss", "val_ppl"), summary=val, context=context)
     log.info("%s: imported %s, validation perplexity %.2f on our held-out books", stage,
              params.pretrain.import_hf, val["val_ppl"])
     return metrics
 
 
 def not_run(params: Params, stage: str, run_dir: Path | None = None,
-            zeroshot_file: Path | None = None) -> dict[str, Any]:
+            zeroshot_file: Path | None = None, *,
+            context: StageContext | None = None) -> dict[str, Any]:
     """Record why `stage` does not run under pretrain.import_hf; its outputs stay empty."""
     why = (f"not run: pretrain.import_hf imports released final weights "
            f"({params.pretrain.import_hf}); this stage needs a pre-training run of this project")
@@ -96,5 +98,5 @@ def not_run(params: Params, stage: str, run_dir: Path | None = None,
         empty = pd.DataFrame(columns=["step", "task", "example", "label", "prediction"])
         atomic.write_bytes(predictions, empty.to_parquet(index=False) or b"")
     metrics = {"not_run": why}
-    record_in_own_run(params, stage, metrics, ())
+    record_in_own_run(params, stage, metrics, (), context=context)
     return metrics

@@ -12,6 +12,7 @@ from gpt1 import atomic, names, tracking
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import pilot_key, resolve_hparams, train_subset_seed
+from gpt1.records import StageContext
 from gpt1.stages.data import task_spec
 from gpt1.stages.finetune import finetune_variant
 from gpt1.stages.recording import record, record_in_own_run
@@ -79,7 +80,8 @@ def pilot_accuracy(spec: TaskSpec, predictions: pd.DataFrame, dev: pd.DataFrame
     return float((predictions["prediction"].to_numpy() == labels).mean())
 
 
-def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
+def lr_pilot(params: Params, task: str, variant: str, *,
+             context: StageContext | None = None) -> dict[str, Any]:
     """The pilot of one arm on one task: every (lr, warm-up) of ablations.pilot's grid (the
     same for every arm) fine-tunes on the arm's fine-tuning sample and is scored on the carved
     split (`pilot_split`); the best (one class last, then score, log-loss, the larger lr) is
@@ -98,7 +100,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
         why = {"variant": variant, "task": task,
                "not_piloted": "not in ablations.pilot.variants: the fine-tuning recipe's lr"}
         atomic.write_json(base / "not_piloted.json", why)
-        record_in_own_run(params, stem, why, ())
+        record_in_own_run(params, stem, why, (), context=context)
         return why
     pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
     train, dev, split_words = pilot_split(params, variant, task, pool)
@@ -118,7 +120,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                                   {"gpt1.lr_candidate": f"{lr:g}",
                                    "gpt1.warmup_candidate": f"{w:g}"}):
             m = finetune_variant(run, task, variant, kind, pretrain_seed, out=name,
-                                 stem=name)
+                                 stem=name, context=context)
         frame = pd.read_parquet(m["predictions"]["test"][0])
         pred = frame["prediction"].to_numpy()
         accuracy[(lr, w)] = pilot_accuracy(spec, frame, dev)
@@ -152,10 +154,11 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
             summary["chosen_dev_accuracy"] = metrics["chosen_accuracy"]
         record(params, stem, metrics, ("dev_scores", "chosen_lr", "chosen_warmup",
                                        "chosen_score", "chosen_accuracy", "dev_majority"),
-               summary=summary)
+               summary=summary, context=context)
     return metrics
 
 
-def lr_pilot_full(params: Params, task: str) -> dict[str, Any]:
+def lr_pilot_full(params: Params, task: str, *, context: StageContext | None = None
+                  ) -> dict[str, Any]:
     """The pilot of the `full` row (the finetune stage's arm) on one task of ablations.tasks."""
-    return lr_pilot(params, task, FULL_ARM)
+    return lr_pilot(params, task, FULL_ARM, context=context)

@@ -4,7 +4,6 @@ seed, with the same loop and data (under pretrain.import_hf: gpt1/stages/import_
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,29 +15,33 @@ from gpt1.config import Params
 from gpt1.data import shards
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
+from gpt1.records import StageContext
 from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import import_hf, logged_models
 from gpt1.stages.recording import record
 from gpt1.stages.variants import lm_params
 
 
-def pretrain(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+def pretrain(params: Params, pretrain_seed: int | None = None, *,
+             context: StageContext | None = None) -> dict[str, Any]:
     """Pre-train the Transformer LM on the token shards (spec §1); resumes if interrupted."""
-    return _pretrain(params, "pretrain", names.TRANSFORMER, pretrain_seed)
+    return _pretrain(params, "pretrain", names.TRANSFORMER, pretrain_seed, context)
 
 
-def pretrain_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+def pretrain_lstm(params: Params, pretrain_seed: int | None = None, *,
+                  context: StageContext | None = None) -> dict[str, Any]:
     """Pre-train the LSTM LM baseline (Table 5 / Figure 2) with the same loop and data."""
-    return _pretrain(params, "pretrain_lstm", "lstm", pretrain_seed)
+    return _pretrain(params, "pretrain_lstm", "lstm", pretrain_seed, context)
 
 
-def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None
-              ) -> dict[str, Any]:
+def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None,
+              context: StageContext | None) -> dict[str, Any]:
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     run_dir = str(checkpoint.pretrain_dir(params, kind, pretrain_seed))
     stage = names.record_stem(name, pretrain_seed)
     if params.pretrain.import_hf is not None:  # import instead (gpt1/stages/import_hf.py)
-        return import_hf.pretrain(params, stage, kind, pretrain_seed, Path(run_dir))
+        return import_hf.pretrain(params, stage, kind, pretrain_seed, Path(run_dir),
+                                 context=context)
     record_params, params = params, lm_params(params, kind)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
@@ -49,7 +52,7 @@ def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None
              if kind == names.TRANSFORMER else lstm_flops_per_token(params.lstm, tok.vocab_size))
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "backend": backend_of(model), "pretrain_seed": pretrain_seed}
-    is_rank0 = os.environ.get("RANK", "0") == "0"  # torchrun: only rank 0 records
+    is_rank0 = context is None or context.records  # launched ranks: only rank 0 records
     run = (tracking.start_run(stage, record_params) if is_rank0  # the user's params, logged
            else contextlib.nullcontext(None))
     with run as on_metrics:
@@ -60,6 +63,7 @@ def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None
         if is_rank0:
             records.write_curve(params, stage, history)
             logged_models.log_model(params, run_dir, kind, None)
-            record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={})
+            record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={},
+                   context=context)
     return metrics
 

@@ -7,13 +7,14 @@ from typing import Any
 
 from gpt1 import freshness, names, records, tracking
 from gpt1.config import Params
+from gpt1.records import StageContext
 from gpt1.report import document
 from gpt1.stages.variants import ablation_params
 
 log = logging.getLogger(__name__)
 
 
-def report(params: Params) -> dict[str, Any]:
+def report(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
     # the current stages' records only: another config's leftovers are not this run's
     metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))

@@ -15,6 +15,7 @@ from gpt1 import zeroshot as zs
 from gpt1.backends import backend_of
 from gpt1.config import Params
 from gpt1.progress import progress
+from gpt1.records import StageContext
 from gpt1.runtime import autocast_for, resolve_precision
 from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.stages import import_hf
@@ -32,8 +33,8 @@ def predictions_path(params: Params, kind: str, pretrain_seed: int) -> Path:
     return run / "zeroshot" / f"{names.body(kind)}.parquet"
 
 
-def score_checkpoints(params: Params, name: str, kind: str, pretrain_seed: int
-                      ) -> dict[str, Any]:
+def score_checkpoints(params: Params, name: str, kind: str, pretrain_seed: int, *,
+                      context: StageContext | None = None) -> dict[str, Any]:
     """Score every kept checkpoint of pre-training run `pretrain_seed` of `kind` (transformer |
     lstm); writes <paths.finetuned>/p<pretrain_seed>/zeroshot/<model>.parquet and the record
     <name>_p<pretrain_seed>. Every checkpoint and run is scored on the same examples (seeded
@@ -81,25 +82,28 @@ def score_checkpoints(params: Params, name: str, kind: str, pretrain_seed: int
             "final": rows[-1]["normalised"],  # the last checkpoint's: the stage's one score row
             "backend": backend_of(model),
         }
-        record(params, stage, metrics, ("final",), summary={})
+        record(params, stage, metrics, ("final",), summary={}, context=context)
     return metrics
 
 
-def zeroshot(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+def zeroshot(params: Params, pretrain_seed: int | None = None, *,
+             context: StageContext | None = None) -> dict[str, Any]:
     """Figure 2 right: zero-shot heuristics on the Transformer's log-spaced checkpoints."""
-    return _zeroshot(params, "zeroshot", names.TRANSFORMER, pretrain_seed)
+    return _zeroshot(params, "zeroshot", names.TRANSFORMER, pretrain_seed, context)
 
 
-def zeroshot_lstm(params: Params, pretrain_seed: int | None = None) -> dict[str, Any]:
+def zeroshot_lstm(params: Params, pretrain_seed: int | None = None, *,
+                  context: StageContext | None = None) -> dict[str, Any]:
     """Figure 2 right: the same heuristics on the LSTM's checkpoints."""
-    return _zeroshot(params, "zeroshot_lstm", "lstm", pretrain_seed)
+    return _zeroshot(params, "zeroshot_lstm", "lstm", pretrain_seed, context)
 
 
-def _zeroshot(params: Params, name: str, kind: str, pretrain_seed: int | None
-              ) -> dict[str, Any]:
+def _zeroshot(params: Params, name: str, kind: str, pretrain_seed: int | None,
+              context: StageContext | None) -> dict[str, Any]:
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
         return import_hf.not_run(params, names.record_stem(name, pretrain_seed),
-                                 zeroshot_file=predictions_path(params, kind, pretrain_seed))
-    return score_checkpoints(params, name, kind, pretrain_seed)
+                                 zeroshot_file=predictions_path(params, kind, pretrain_seed),
+                                 context=context)
+    return score_checkpoints(params, name, kind, pretrain_seed, context=context)
 

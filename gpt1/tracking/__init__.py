@@ -27,11 +27,9 @@ from gpt1.tracking.flow import (
 )
 from gpt1.tracking.lineage import (
     PARENT_ENV,
-    STAGE_ENV,
     STAGE_RUN_ENV,
     git_commit,
     repro_invocation,
-    stage_name,
     stage_sections,
 )
 from gpt1.tracking.pyfunc import download_model, log_model, pyfunc_model
@@ -48,10 +46,10 @@ from gpt1.tracking.runs import (
 from gpt1.tracking.store import check_store, tracking_uri
 
 __all__ = [
-    "PARENT_ENV", "STAGE_ENV", "STAGE_RUN_ENV", "MetricsSink", "check_store", "child_runs",
+    "PARENT_ENV", "STAGE_RUN_ENV", "MetricsSink", "check_store", "child_runs",
     "child_scope",
     "discard_run", "download_model", "experiment_url",
     "flatten", "git_commit", "log_artifact", "log_datasets", "log_model", "log_summary", "log_text",
     "pipeline_run", "pyfunc_model", "record_stage", "repro_invocation", "run_url",
-    "stage_name", "stage_run", "stage_scope", "stage_sections", "start_run", "tracking_uri",
+    "stage_run", "stage_scope", "stage_sections", "start_run", "tracking_uri",
 ]

@@ -22,16 +22,6 @@ PARENT_ENV = "GPT1_PARENT_RUN_ID"
 STAGE_RUN_ENV = "GPT1_RUN_ID"
 """Environment variable carrying the stage's own run, opened by the flow: the stage's outermost
 `start_run` logs into it instead of creating one."""
-STAGE_ENV = "GPT1_STAGE"
-"""The pipeline stage this process runs (set by `python -m gpt1 <stage>`); DVC's own $DVC_STAGE
-(e.g. finetune@cola) wins when set."""
-
-
-def stage_name() -> str | None:
-    """The DVC stage address this process runs ($DVC_STAGE, else $GPT1_STAGE), if any."""
-    return os.environ.get("DVC_STAGE") or os.environ.get(STAGE_ENV)
-
-
 def stage_sections(stage: str | None) -> list[str] | None:
     """The params sections dvc.yaml declares for `stage` (an address such as finetune@cola),
     None when there is no such stage (the run then logs every section)."""

@@ -63,6 +63,9 @@ class Run:
 
     client: MlflowClient
     run_id: str
+    stage: str | None = None
+    """The dvc.yaml stage whose own run this is (`stage_scope`): runs opened inside it log
+    that stage's params sections."""
     queued: list[tuple[RunOperations, list[list[Any]]]] = field(default_factory=list)
     lost: Pending | None = None
 
@@ -224,15 +227,24 @@ def open_active(
         _ACTIVE.remove(run)
 
 
+def _stage_of_run(where: str | None) -> str | None:
+    """The DVC stage whose params sections a run logs: DVC's own $DVC_STAGE (an address such as
+    finetune@cola), else `where`, else the stage of the stage run open in this process."""
+    enclosing = next((run.stage for run in reversed(_ACTIVE) if run.stage), None)
+    return os.environ.get("DVC_STAGE") or where or enclosing
+
+
 @contextlib.contextmanager
-def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
+def start_run(stage: str, params: Params, where: str | None = None
+              ) -> Iterator[MetricsSink]:
     """Open an MLflow run for one stage and yield its `on_metrics(step, metrics)` sink.
 
     Nests under the run open in this process, else logs into $GPT1_RUN_ID (the stage run the
     flow opened), else nests under $GPT1_PARENT_RUN_ID, else is a top-level run. A created run
-    gets the flattened params and ends FINISHED, or FAILED / KILLED when the block raises.
-    Under `dvc repro` with none of these, it nests under the invocation's parent run.
-    Step metrics are logged asynchronously and waited for on exit.
+    gets the flattened params (the sections of dvc.yaml's stage `where`: `_stage_of_run`) and
+    ends FINISHED, or FAILED / KILLED when the block raises. Under `dvc repro` with none of
+    these, it nests under the invocation's parent run. Step metrics are logged asynchronously
+    and waited for on exit.
     """
     if not params.tracking.enabled:
         yield _discard
@@ -242,7 +254,7 @@ def start_run(stage: str, params: Params) -> Iterator[MetricsSink]:
         return
     stage = os.environ.get("DVC_STAGE") or stage  # one run name per stage on every path
     running = _active_run_id()
-    where = lineage.stage_name() or stage  # the DVC stage whose params sections the run logs
+    where = _stage_of_run(where) or stage  # the DVC stage whose params sections the run logs
     attach = None if running else os.environ.get(lineage.STAGE_RUN_ENV)
     parent = running or os.environ.get(lineage.PARENT_ENV)
     if not (attach or parent) and os.environ.get("DVC_STAGE"):
@@ -259,11 +271,13 @@ _SCOPE: list[Run] = []
 
 
 @contextlib.contextmanager
-def stage_scope(stage: str, params: Params) -> Iterator[None]:
-    """The stage's run, opened before its work starts (so the run's duration is the stage's)
-    and ended with it; the stage's first `start_run` logs into it instead of opening one."""
-    with start_run(stage, params):
+def stage_scope(name: str, params: Params, stage: str) -> Iterator[None]:
+    """The run `name` of dvc.yaml's stage `stage`, opened before its work starts (so the run's
+    duration is the stage's) and ended with it; the stage's first `start_run` logs into it
+    instead of opening one."""
+    with start_run(name, params, stage):
         if _ACTIVE:
+            _ACTIVE[-1].stage = stage
             _SCOPE.append(_ACTIVE[-1])
         try:
             yield
@@ -281,7 +295,7 @@ def child_scope(name: str, params: Params, tags: Mapping[str, str] | None = None
     if not params.tracking.enabled or not _ACTIVE:
         yield
         return
-    where = lineage.stage_name() or name
+    where = _stage_of_run(None) or name
     with open_active(params, name, _ACTIVE[-1].run_id,
                      {"gpt1.stage": where, "gpt1.candidate": name, **(tags or {})},
                      None, where) as run:

@@ -19,7 +19,8 @@ from gpt1.__main__ import main
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.export import export_hf
-from gpt1.records import read_metrics, variant_results
+from gpt1.records import read_metrics
+from gpt1.report.runs import variant_results
 from gpt1.report.tables import render_custom
 from gpt1.stages import data as data_stages
 from gpt1.stages import finetune as finetune_stages
@@ -89,7 +90,7 @@ def test_custom_task_fine_tunes_predicts_and_exports(tmp_path: Path, monkeypatch
     transformers = pytest.importorskip("transformers")
     monkeypatch.chdir(tmp_path)  # the task file is named relative to the repository root
     write_reviews(tmp_path / "reviews.csv")
-    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, tracking.STAGE_ENV, "DVC_STAGE"):
+    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, "DVC_STAGE"):
         monkeypatch.delenv(env, raising=False)
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     raw = make_params_dict(tmp_path, {

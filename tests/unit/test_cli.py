@@ -35,10 +35,11 @@ def test_outside_the_venv_says_so_in_one_line(tmp_path: Path) -> None:
     assert "source .venv/bin/activate" in one_line_error(done.stderr)
 
 
-def test_bad_task_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        build_parser().parse_args(["finetune", "--task", "bogus"])
-    assert exit_.value.code == 2
+def test_bad_task_lists_the_valid_ones(tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(make_params_dict(tmp_path)))
+    assert main(["finetune", "--task", "bogus", "--params", str(params)]) == 2
     line = one_line_error(capsys.readouterr().err)
     assert "'bogus'" in line and all(f"'{t}'" in line for t in TASKS)
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from gpt1 import bpe, checkpoint
-from gpt1.__main__ import guarded, main
+from gpt1.__main__ import main
+from gpt1.boundary import guarded
 from gpt1.config import Params, ParamsError, load_params, parse_params
 from gpt1.errors import Gpt1Error
 from gpt1.records import read_metrics

@@ -5,12 +5,14 @@ metric is the headline."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import yaml
 
 from gpt1 import freshness, records
 from gpt1.config import load_params
+from gpt1.records import StageContext
 from gpt1.report.document import headline
 from gpt1.stages.variants import override
 from gpt1.tasks.registry import TASKS
@@ -18,19 +20,19 @@ from tests.helpers.repo import REPO
 
 
 def _write_finetune_records(params) -> None:
-    """Each fine-tune's record as the finetune stage writes it (stage hash declared)."""
-    records.declare_stage("finetune", params)
+    """Each fine-tune's record as the finetune stage writes it (stamped with its context's
+    stage hash)."""
+    stamp = StageContext.of("finetune", "finetune", params, time.perf_counter(), None).stamp()
     for task in params.finetune.tasks:
         metric = TASKS[task].metric
         records.write_metrics(params, f"finetune_{task}_p{params.pretrain.seeds[0]}",
                               {"task": task, "variant": "full", "pretrain_seed":
                                params.pretrain.seeds[0], "seeds": [0],
                                "scores": {metric: {"mean": 0.5, "per_seed": [0.5]}}},
-                              ("scores",))
+                              ("scores",), stamp)
 
 
-def test_a_param_no_finetune_declares_keeps_every_ft_score(tiny_params, monkeypatch) -> None:
-    monkeypatch.setattr(records, "_stage", {})
+def test_a_param_no_finetune_declares_keeps_every_ft_score(tiny_params) -> None:
     _write_finetune_records(tiny_params)
     every = {t: 50.0 for t in tiny_params.finetune.tasks}
     metrics = records.read_metrics(tiny_params.paths.metrics)

@@ -16,9 +16,9 @@ from gpt1 import checkpoint, names, networks
 from gpt1.export import GPT1_META, read_export_meta
 from gpt1.model import GPT
 from gpt1.pretraining import _NOT_TRAJECTORY, resume_key
-from gpt1.records import first_run
 from gpt1.report.document import banner
 from gpt1.report.figure2 import zeroshot_curves
+from gpt1.report.runs import first_run
 from tests.helpers.repo import REPO
 
 OLD = "gpt"

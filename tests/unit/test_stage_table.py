@@ -44,6 +44,29 @@ def test_every_dvc_stage_is_a_row_with_its_keys_and_function() -> None:
     assert STAGES["lr_pilot"].address == ("variant", "task")  # one pilot per row and task
 
 
+def test_every_stage_function_takes_the_stage_context() -> None:
+    """The CLI passes each stage function its context (gpt1.records.StageContext) as
+    the keyword-only `context`, so every function of the table takes it."""
+    for stage in STAGES.values():
+        source = REPO.joinpath(*stage.module.split(".")).with_suffix(".py").read_text()
+        (fn,) = [n for n in ast.parse(source).body
+                 if isinstance(n, ast.FunctionDef) and n.name == stage.attribute]
+        assert [a.arg for a in fn.args.kwonlyargs] == ["context"], stage.function
+
+
+def test_one_function_reads_the_rank() -> None:
+    """Whether this process is a launched rank, and which, is read from the environment in
+    one place (gpt1.launcher.rank); the rest ask the stage context."""
+    readers = []
+    for path in sorted((REPO / "gpt1").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and any(
+                    isinstance(n, ast.Constant) and n.value == "RANK" for n in ast.walk(fn)):
+                readers.append(f"{path.relative_to(REPO)}:{fn.name}")
+    assert readers == ["gpt1/launcher.py:rank"]
+
+
 def _plan_and_commands() -> tuple[list[str], dict[str, str]]:
     from dvc.repo import Repo
 
@@ -57,7 +80,8 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     the run name the CLI gives it is the flow's, for every stage family and item."""
     from gpt1.config import load_params
 
-    seeds = load_params(REPO / "params.yaml").pretrain.seeds
+    params = load_params(REPO / "params.yaml")
+    seeds = params.pretrain.seeds
     plan, commands = _plan_and_commands()
     assert set(plan) == set(commands)
     families = set()
@@ -65,7 +89,7 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     for name in plan:
         argv = shlex.split(commands[name])[3:]  # after `python -m gpt1`
         args = parser.parse_args(argv)
-        kwargs = stage_arguments(args.command, vars(args), seeds)
+        kwargs = stage_arguments(args.command, vars(args), seeds, params.tasks.names)
         assert address(args.command, kwargs) == name
         assert stage_of(name).name == args.command
         families.add(args.command)

@@ -26,6 +26,7 @@ from gpt1.report import (
     prose,
     tables,
 )
+from gpt1.report import runs as report_runs
 from gpt1.report.estimates import Finding
 from tests.helpers.repo import REPO
 from tests.helpers.report_metrics import TABLE_TASKS, fixture_metrics, preds_json, task_json
@@ -71,14 +72,14 @@ def test_report_matches_golden(make_params, tmp_path: Path) -> None:
 def test_table_cells_are_seed_statistics(make_params, tmp_path: Path) -> None:
     params = fixture_params(make_params)
     metrics = records.read_metrics(fixture_metrics(tmp_path))
-    table = tables.render_table("table4", params, records.variant_results(metrics, "full"))
+    table = tables.render_table("table4", params, report_runs.variant_results(metrics, "full"))
     cola = metrics["finetune_cola"]["scores"]["mcc"]["per_seed"]
     mean = sum(cola) / 3
     sd = (sum((v - mean) ** 2 for v in cola) / 2) ** 0.5
     row = next(line for line in table.splitlines() if line.startswith("| CoLA |"))
     assert (f"| {100 * mean:.1f} ± {100 * sd:.1f} | n/a | 25.0 | 40.0 | {100 * mean - 45.4:+.1f}"
             " | 3 |") in row
-    mnli = contrasts.column_cell(records.variant_results(metrics, "full"),
+    mnli = contrasts.column_cell(report_runs.variant_results(metrics, "full"),
                               params.report.columns["MNLI"], params.report.glue)
     assert mnli.missing and "dev_mismatched" in mnli.missing[0]
     assert mnli.mean == pytest.approx(metrics["finetune_mnli"]["scores"]["acc_matched"]["mean"])
@@ -226,7 +227,7 @@ def test_table5_avg_uses_identical_columns(make_params, tmp_path: Path) -> None:
         if variant == "lstm":
             assert rows[f"{label}/ours"][0] == "n/a"  # not run: no Avg
             continue
-        res = records.variant_results(metrics, variant)
+        res = report_runs.variant_results(metrics, variant)
         per_col = [np.mean(contrasts.seed_mean(contrasts.column_values(res, cfg.columns[c],
                                                                   cfg.glue)[0])) for c in cols]
         assert rows[f"{label}/ours"][0].split(" ")[0] == f"{100 * np.mean(per_col):.1f}"
@@ -288,7 +289,7 @@ def test_a_test_against_a_constant_predictor_is_inconclusive(make_params, tmp_pa
         "p0 f1, p0 f2)" in f.line
     assert "Transformer w/ aux LM (full) on SST2: 0 of 3 runs >= 95 % one class" in f.line
     assert "(conditional on the 1 pre-trained model)" in f.ci
-    res = records.variant_results(metrics, "scratch")
+    res = report_runs.variant_results(metrics, "scratch")
     preds = contrasts.row_predictions(res)
     ci = contrasts.contrast([preds], [1.0], [["sst2.acc"]], params)
     flags = contrasts.cell_flags(res, ["sst2.acc"], preds, ci, params)
@@ -349,7 +350,7 @@ def test_a_scratch_arm_counts_once_per_fine_tuning_seed(make_params, tmp_path: P
         rec = preds_json(tmp_path, "scratch", "sst2", [0.5, 0.5, 0.5], 400)
         rec.update(pretrain_seed=p, seeds=[0, 1, 2], init="scratch")
         metrics[f"finetune_scratch_sst2_p{p}"] = rec
-    res = records.variant_results(metrics, "scratch")
+    res = report_runs.variant_results(metrics, "scratch")
     runs = contrasts.row_predictions(res)["sst2"]
     assert len(runs) == 6 and len(contrasts.distinct_runs(res["sst2"], runs)) == 3
     assert contrasts.run_text(res, "sst2", runs, params).startswith("0 of 3 runs")
@@ -458,15 +459,17 @@ def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_pa
         assert command in text.splitlines()[2], preset
 
 
-def test_a_stage_record_carries_its_wall_time_from_the_stage_clock(
-        make_params, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_record_carries_its_wall_time_from_the_stage_context(make_params) -> None:
     import time
 
+    from gpt1.records import StageContext
+    from gpt1.stages.recording import record
+
     params = make_params({})
-    monkeypatch.setattr(records, "_clock", {})
-    records.write_metrics(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))
-    records.start_clock(time.perf_counter() - 5.0)  # the process started 5 s ago
-    records.write_metrics(params, "clocked", {"rows": 3, "n": 1}, ("rows",))
+    record(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))  # no stage context
+    context = StageContext("clean_corpus", "clean_corpus", params,
+                           time.perf_counter() - 5.0, None, None)  # started 5 s ago
+    record(params, "clocked", {"rows": 3, "n": 1}, ("rows",), context=context)
     metrics = records.read_metrics(params.paths.metrics)
     assert "wall_seconds" not in metrics["unclocked"]
     assert 5.0 <= metrics["clocked"]["wall_seconds"] < 60.0
@@ -477,13 +480,13 @@ def test_a_record_without_origins_or_scored_on_reads_them_from_the_registry_and_
 ) -> None:
     old = {"task": "rte", "eval_split": "test = RTE/dev.tsv: official GLUE dev (277); test "
            "unlabelled (all 277); epoch selected on dev = carved (seeded) from RTE/train.tsv"}
-    assert records.split_origins(old) == {"train": "official train", "dev": "carved",
+    assert report_runs.split_origins(old) == {"train": "official train", "dev": "carved",
                                           "test": "official dev"}
-    assert records.scored_on(old) == "RTE/dev.tsv: official GLUE dev (277)"
+    assert report_runs.scored_on(old) == "RTE/dev.tsv: official GLUE dev (277)"
     new = {**old, "origins": {"test": "carved"}, "scored_on": "part of RTE/dev.tsv"}
-    assert records.split_origins(new) == {"test": "carved"}
-    assert records.scored_on(new) == "part of RTE/dev.tsv"
-    assert records.scored_on({"task": "rte"}) is None
+    assert report_runs.split_origins(new) == {"test": "carved"}
+    assert report_runs.scored_on(new) == "part of RTE/dev.tsv"
+    assert report_runs.scored_on({"task": "rte"}) is None
 
 
 def test_records_of_two_pretraining_seeds_pool_into_six_runs(make_params, tmp_path: Path
@@ -501,7 +504,7 @@ def test_records_of_two_pretraining_seeds_pool_into_six_runs(make_params, tmp_pa
             rec.update(pretrain_seed=p, seeds=[0, 1, 2])
             stem = "finetune_sst2" if variant == "full" else "finetune_scratch_sst2"
             metrics[f"{stem}_p{p}"] = rec
-    pooled = records.variant_results(metrics, "full")["sst2"]
+    pooled = report_runs.variant_results(metrics, "full")["sst2"]
     assert pooled["runs"] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     assert pooled["scores"]["acc"]["per_seed"] == pytest.approx(
         [0.85, 0.8, 0.9, 0.75, 0.8, 0.78])
@@ -509,7 +512,7 @@ def test_records_of_two_pretraining_seeds_pool_into_six_runs(make_params, tmp_pa
     f = findings.row_finding(params, metrics, "a", "pre-training helps", "full", "scratch")
     assert f.verdict == "held" and "over 6 runs (2 pre-training x 3 fine-tuning seeds" in f.line
     assert "between pre-training seeds" in f.line
-    b = contrasts.contrast([contrasts.row_predictions(records.variant_results(metrics, v))
+    b = contrasts.contrast([contrasts.row_predictions(report_runs.variant_results(metrics, v))
                             for v in ("full", "scratch")], [1.0, -1.0], [["sst2.acc"]], params)
     assert b is not None and b.runs == 6 and b.between is not None
     assert b.between.estimate == pytest.approx((0.85 + 0.8 + 0.9 - 0.75 - 0.8 - 0.78) / 3

@@ -116,7 +116,7 @@ def test_the_readme_example_loads(tmp_path: Path) -> None:
 
 
 def test_a_record_of_a_custom_task_no_longer_declared_is_left_out(tmp_path: Path) -> None:
-    from gpt1.records import variant_results
+    from gpt1.report.runs import variant_results
 
     record = {"variant": "full", "scores": {"acc": {"mean": 0.5}}}
     metrics = {"finetune_gone_p1": {**record, "task": "gone"},

@@ -41,7 +41,7 @@ def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
         monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv("DVC_STAGE", "lr_pilot@scratch-sst2")  # as `dvc repro` runs it
     monkeypatch.setattr(tracking.runs.lineage, "repro_invocation", lambda: None)
-    with tracking.stage_scope("lr_pilot@scratch-sst2", params):
+    with tracking.stage_scope("lr_pilot@scratch-sst2", params, "lr_pilot"):
         chosen = lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
 
     client = MlflowClient(tracking_uri=uri)

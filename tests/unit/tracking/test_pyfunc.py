@@ -27,7 +27,7 @@ ENDINGS = [["it was raining.", "the sea sang loudly."], ["the sea sang loudly.",
 def registered(make_params, tmp_path: Path, monkeypatch):
     """Tiny rte and story_cloze models logged by the finetune stage's path into a sqlite store;
     (params, {task: model dir}, captured stderr of the logging)."""
-    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, tracking.STAGE_ENV, "DVC_STAGE"):
+    for env in (tracking.PARENT_ENV, tracking.STAGE_RUN_ENV, "DVC_STAGE"):
         monkeypatch.delenv(env, raising=False)
     db = f"sqlite:///{tmp_path / 'mlflow.db'}"
     params = make_params({"bpe": {"n_merges": 40},

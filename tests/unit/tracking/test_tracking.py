@@ -48,7 +48,6 @@ def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monke
     from mlflow import MlflowClient
 
     monkeypatch.delenv("DVC_STAGE", raising=False)
-    monkeypatch.delenv(tracking.STAGE_ENV, raising=False)
 
     report = tmp_path / "finetune_rte.json"
     report.write_text('{"scores": {"acc": {"mean": 0.75}}}')
@@ -356,7 +355,7 @@ def test_stage_run_has_mlflows_context_and_covers_the_stage_work(on_params, tmp_
 
     from gpt1.data import clean
 
-    for env in ("DVC_STAGE", tracking.STAGE_ENV, tracking.STAGE_RUN_ENV):
+    for env in ("DVC_STAGE", tracking.STAGE_RUN_ENV):
         monkeypatch.delenv(env, raising=False)
     params_file = _stage_params(tmp_path, on_params.tracking.uri)
     work: list[float] = []
