@@ -1,12 +1,14 @@
 """Which stage records are current: DVC's view of freshness, not a hash of the whole params.
 
 A stage re-runs when the params it declares in dvc.yaml change (and only then, for params), so
-each record carries `stage_hash`, a hash of exactly those params (`stage_hash`); a record is
-current when it is the record of a stage the params define (`current_stems`: the stems dvc.yaml's
-foreach / matrix stages expand to) and its stage hash equals the one the params give now. So a
-change to, say, `zeroshot.max_examples` leaves every fine-tuning record current, as DVC leaves
-those stages up to date. A record written before stage hashes (no `stage_hash`) is judged by its
-stage's dvc.lock entry (the params DVC recorded for it), else by its whole-params
+each record carries `stage_hash`, a hash of exactly those params keys (`stage_hash`); a record
+is current when it is the record of a stage the params define (`current_stems`: the stems
+dvc.yaml's foreach / matrix stages expand to) and its stage hash equals the one the params give
+now. So a change to, say, `zeroshot.max_examples` leaves every fine-tuning record current, as DVC
+leaves those stages up to date. A record hashed under other declarations (dvc.yaml's `params:`
+lists changed since it ran) is current when its stage's dvc.lock entry recorded its files as
+they are and the params the stage declares as they are now, as DVC judges the stage; one written
+before stage hashes (no `stage_hash`) by that entry's params, else by its whole-params
 `config_hash`, as before.
 """
 
@@ -107,54 +109,81 @@ def current_stems(params: Params) -> dict[str, str]:
 
 @functools.cache
 def _repo_state(root: Path, _mtimes: tuple[int, int]) -> tuple[Any, str, dict[str, Any]]:
-    """(raw params.yaml, its params' digest, stage address -> params its dvc.lock entry
-    recorded) of the repository at `root`."""
+    """(raw params.yaml, its params' digest, stage address -> its dvc.lock entry) of the
+    repository at `root`."""
     raw = read_yaml(root / "params.yaml")
     lock = read_yaml(root / "dvc.lock") or {}
-    recorded = {addr: (entry.get("params") or {}).get("params.yaml", {})
-                for addr, entry in (lock.get("stages") or {}).items()}
-    return raw, parse_params(raw, root / "params.yaml").digest(), recorded
+    return raw, parse_params(raw, root / "params.yaml").digest(), dict(lock.get("stages") or {})
 
 
 def _lookup(raw: Any, key: str) -> Any:
-    for part in key.split("."):
-        raw = raw[part]
-    return raw
+    """The value of dotted `key` in a params mapping, or in dvc.lock's record of a stage's params
+    (`finetune.lr` as one key where the stage declares it, `finetune` holding `lr` where it
+    declared the section)."""
+    if key in raw:
+        return raw[key]
+    head, _, rest = key.partition(".")
+    if not rest:
+        raise KeyError(key)
+    return _lookup(raw[head], rest)
 
 
-def lock_current(params: Params, stem: str) -> bool | None:
+def _md5(path: Path) -> str | None:
+    try:
+        return hashlib.md5(path.read_bytes(), usedforsecurity=False).hexdigest()
+    except OSError:
+        return None
+
+
+def _records_as_locked(root: Path, entry: Mapping[str, Any], params: Params, stem: str) -> bool:
+    """Whether the files of record `stem` (under paths.metrics, named `<stem>.*`) that dvc.lock's
+    `entry` recorded are on disk as it recorded them (DVC's own test of an output)."""
+    metrics = (root / params.paths.metrics).resolve()
+    outs = [o for o in entry.get("outs") or []
+            if (root / o["path"]).resolve().parent == metrics
+            and Path(o["path"]).name.startswith(f"{stem}.")]
+    return bool(outs) and all(_md5(root / o["path"]) == o.get("md5") for o in outs)
+
+
+def lock_current(params: Params, stem: str, as_locked: bool = False) -> bool | None:
     """Whether dvc.lock's entry for the stage of record `stem` recorded the params that stage
-    declares as params.yaml holds them now (DVC's own test of a stage's params); None when
-    dvc.lock cannot tell: no lock or no entry, or `params` are not the repository's
-    params.yaml (a stage run with --params)."""
+    declares as params.yaml holds them now (DVC's own test of a stage's params), and with
+    `as_locked` also the record's files as they are on disk; None when dvc.lock cannot tell:
+    no lock or no entry, or `params` are not the repository's params.yaml (a stage run with
+    --params)."""
     root = repo_root()
     files = root / "params.yaml", root / "dvc.lock"
     address = stage_addresses(params).get(stem)
     if address is None or not all(f.is_file() for f in files):
         return None
-    raw, digest, recorded = _repo_state(root, tuple(f.stat().st_mtime_ns for f in files))
-    if digest != params.digest() or address not in recorded:
+    raw, digest, entries = _repo_state(root, tuple(f.stat().st_mtime_ns for f in files))
+    if digest != params.digest() or address not in entries:
         return None
+    recorded = (entries[address].get("params") or {}).get("params.yaml", {})
     try:
-        return all(recorded[address].get(k) == _lookup(raw, k)
+        same = all(_lookup(recorded, k) == _lookup(raw, k)
                    for k in declared_params(address.split("@")[0], root))
     except (KeyError, TypeError):
         return False
+    return same and (not as_locked or _records_as_locked(root, entries[address], params, stem))
 
 
 def is_current(params: Params, stem: str, record: Mapping[str, Any],
                old_hash: str | None = None) -> bool:
     """Whether `record` (stem `stem`) is its stage's record under `params`: its `stage_hash`
-    equals the stage's now; a record without one (written before stage hashes) by its stage's
-    dvc.lock entry (lock_current), else by its `config_hash` against `old_hash` (default the
-    params' digest)."""
-    if "stage_hash" not in record:  # written before stage hashes: dvc.lock, else the digest
-        by_lock = lock_current(params, stem)
-        if by_lock is not None:
-            return by_lock
-        return record.get("config_hash") == (old_hash or params.digest())
+    equals the stage's now; else, as DVC judges its stage, when dvc.lock recorded this record
+    and the params its stage declares as they are now (a record hashed under other `params:`
+    lists of dvc.yaml, or written before stage hashes); else a record without a stage hash by
+    its `config_hash` against `old_hash` (default the params' digest)."""
     stage = current_stems(params).get(stem)
-    return stage is not None and record["stage_hash"] == stage_hash(params, stage)
+    if "stage_hash" in record:
+        if stage is not None and record["stage_hash"] == stage_hash(params, stage):
+            return True
+        return bool(lock_current(params, stem, as_locked=True))
+    by_lock = lock_current(params, stem)  # written before stage hashes: dvc.lock, else the digest
+    if by_lock is not None:
+        return by_lock
+    return record.get("config_hash") == (old_hash or params.digest())
 
 
 def current_records(params: Params, metrics: Records) -> dict[str, dict[str, Any]]:

@@ -23,8 +23,9 @@ STAGE_RUN_ENV = "GPT1_RUN_ID"
 """Environment variable carrying the stage's own run, opened by the flow: the stage's outermost
 `start_run` logs into it instead of creating one."""
 def stage_sections(stage: str | None) -> list[str] | None:
-    """The params sections dvc.yaml declares for `stage` (an address such as finetune@cola),
-    None when there is no such stage (the run then logs every section)."""
+    """The params sections of the keys dvc.yaml declares for `stage` (an address such as
+    finetune@cola; `pretrain.lr_max` -> `pretrain`), in their order, None when there is no
+    such stage (the run then logs every section)."""
     dvc_yaml = repo_root() / "dvc.yaml"
     if stage is None or not dvc_yaml.is_file():
         return None
@@ -33,7 +34,8 @@ def stage_sections(stage: str | None) -> list[str] | None:
     if not isinstance(entry, dict):
         return None
     entry = entry.get("do", entry)  # foreach stages nest their body under `do`
-    return [p for p in entry.get("params", []) if isinstance(p, str)]
+    keys = [p for p in entry.get("params", []) if isinstance(p, str)]
+    return list(dict.fromkeys(key.split(".")[0] for key in keys))
 
 
 def git_commit() -> str | None:

@@ -40,11 +40,11 @@ SEEDS = [1, 2]
 FINETUNE = "finetune@sst2-1"
 STAGES = ["download_corpus", "clean_corpus", "check_corpus", "train_bpe", "shard_corpus",
           "pretrain@1", "prepare_task@sst2", FINETUNE]
-OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},
-                "check_corpus": {"checks"}, "train_bpe": {"bpe"},
-                "shard_corpus": {"seed", "shard"}, "pretrain@1": {"seed", "model", "pretrain"},
+OWN_SECTIONS = {"download_corpus": {"data"}, "clean_corpus": {"clean"},  # of its params keys
+                "check_corpus": {"checks"}, "train_bpe": {"bpe", "pretrain"},  # import_hf
+                "shard_corpus": {"seed", "shard"}, "pretrain@1": {"model", "pretrain"},
                 "prepare_task@sst2": {"tasks"},
-                FINETUNE: {"seed", "finetune", "tasks", "model", "pretrain",
+                FINETUNE: {"seed", "finetune", "tasks", "model", "pretrain", "bpe",
                            "ablations"}}  # its pilot's choice
 PER_SEED = ["pretrain@{}", "pretrain_lstm@{}", "finetune@sst2-{}", "ablation@scratch-sst2-{}",
             "ablation@lstm-sst2-{}", "transfer_layers@sst2-2-{}", "zeroshot@{}",

@@ -5,6 +5,7 @@ metric is the headline."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -62,8 +63,9 @@ def test_the_report_reads_only_the_records_of_the_current_stages(tiny_params) ->
 
 
 def test_a_stage_hash_covers_exactly_the_params_its_stage_declares(tiny_params) -> None:
-    assert freshness.declared_params("pretrain_lstm") == (
-        "seed", "lstm", "model.backend", "pretrain")
+    declared = freshness.declared_params("pretrain_lstm")  # keys, no whole section
+    assert {"model.backend", "lstm.hidden_size", "pretrain.lr_max"} <= set(declared)
+    assert "model.n_embd" not in declared and not {"lstm", "model", "pretrain"} & set(declared)
     base = freshness.stage_hash(tiny_params, "pretrain_lstm")
     wider = override(tiny_params, model={"n_embd": 64})  # undeclared: the Transformer's
     assert freshness.stage_hash(wider, "pretrain_lstm") == base
@@ -96,6 +98,12 @@ def test_the_headline_is_the_one_dvc_metric() -> None:
     assert [next(iter(m)) for m in declared] == ["${paths.reports}/headline.json"]
 
 
+def _value(raw: dict, key: str) -> object:
+    for part in key.split("."):
+        raw = raw[part]
+    return raw
+
+
 def test_a_record_without_a_stage_hash_is_judged_by_its_dvc_lock_entry(
         tmp_path: Path, monkeypatch) -> None:
     """Records written before stage hashes (the committed demo's): the params DVC recorded
@@ -108,7 +116,7 @@ def test_a_record_without_a_stage_hash_is_judged_by_its_dvc_lock_entry(
     seed, task = raw["pretrain"]["seeds"][0], "sst2"
     declared = freshness.declared_params("finetune", REPO)
     lock = {"schema": "2.0", "stages": {f"finetune@{task}-{seed}": {"params": {"params.yaml": {
-        key: raw[key] for key in declared}}}}}  # finetune declares whole sections
+        key: _value(raw, key) for key in declared}}}}}  # DVC records a key as `finetune.lr`
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
     record = {"task": task, "variant": "full", "config_hash": "written-long-ago",
               "scores": {"acc": {"mean": 0.5, "per_seed": [0.5]}}}
@@ -122,3 +130,57 @@ def test_a_record_without_a_stage_hash_is_judged_by_its_dvc_lock_entry(
 
     assert headline_with("zeroshot", "max_examples", 8) == {task: 50.0}  # undeclared
     assert headline_with("finetune", "lr", 3e-4) == {}  # declared: the stage is stale
+
+
+def test_an_own_task_leaves_every_other_stage_hash_as_it_was(tiny_params) -> None:
+    """Adding a task of one's own (finetune.tasks, tasks.custom) changes the params of no stage
+    but those that read every task: the data docs' home and the report."""
+    own = override(tiny_params, finetune={"tasks": [*tiny_params.finetune.tasks, "questions"]},
+                   tasks={"custom": {"questions": {"file": "questions.csv", "text": "text",
+                                                   "label": "label", "labels": ["a", "b"]}}})
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    changed = {stage for stage in stages
+               if freshness.stage_hash(own, stage) != freshness.stage_hash(tiny_params, stage)}
+    assert changed == {"data_docs", "report"}
+
+
+def test_a_record_hashed_under_other_declarations_is_judged_as_dvc_judges_its_stage(
+        tmp_path: Path, monkeypatch) -> None:
+    """A record whose stage hash was taken over other `params:` lists (the committed runs',
+    before key-level declarations): current when dvc.lock recorded its files as they are and
+    the params its stage declares as they are now; not once either changed."""
+    import hashlib
+    import os
+
+    from gpt1.config import parse_params
+    from tests.helpers.params import make_params_dict
+
+    (tmp_path / "dvc.yaml").write_bytes((REPO / "dvc.yaml").read_bytes())
+    raw = make_params_dict(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.chdir(tmp_path)
+    params = parse_params(raw, "params.yaml")
+    seed, task = params.pretrain.seeds[0], "sst2"
+    stem = f"finetune_{task}_p{seed}"
+    record = {"task": task, "variant": "full", "pretrain_seed": seed, "seeds": [0],
+              "scores": {"acc": {"mean": 0.5, "per_seed": [0.5]}}}
+    files = records.write_metrics(params, stem, record, ("scores",))
+    info = json.loads(files[1].read_text())
+    files[1].write_text(json.dumps({**info, "stage_hash": "other-lists"}))
+    outs = [{"path": os.path.relpath(f, tmp_path), "md5": hashlib.md5(f.read_bytes()).hexdigest()}
+            for f in files]
+    lock = {"schema": "2.0", "stages": {f"finetune@{task}-{seed}": {"outs": outs, "params": {
+        "params.yaml": {k: _value(raw, k) for k in freshness.declared_params("finetune")}}}}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+
+    def ft() -> dict:
+        now = parse_params(yaml.safe_load((tmp_path / "params.yaml").read_text()), "p")
+        return headline(now, records.read_metrics(params.paths.metrics))["ft"]
+
+    assert ft() == {task: 50.0}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(
+        {**raw, "finetune": {**raw["finetune"], "lr": 3e-4}}))  # a key finetune declares
+    assert ft() == {}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    files[0].write_text(json.dumps({"scores": {"acc": {"mean": 0.9, "per_seed": [0.9]}}}))
+    assert ft() == {}  # not the file dvc.lock recorded: written by another run

@@ -71,15 +71,16 @@ def test_stage_runs_nest_under_the_pipeline_run(on_params, tmp_path: Path, monke
     assert [(m.step, m.value) for m in history] == [(s, 5.0 - s) for s in range(5)]
     assert ft["metrics"] == {"scores.acc.mean": 0.75}
     pre_run = client.get_run(pre["run_id"])
-    logged = pre_run.data.params  # only the sections dvc.yaml declares for `pretrain`
+    logged = pre_run.data.params  # the sections of the keys dvc.yaml declares for `pretrain`
     assert logged["model.n_layer"] == str(on_params.model.n_layer)
-    assert {k.split(".")[0] for k in logged} == {"seed", "model", "pretrain"}
+    assert {k.split(".")[0] for k in logged} == {"model", "pretrain"}  # its seed: the address
     assert pre_run.data.tags["mlflow.source.git.commit"] == tracking.git_commit()
     assert len(tracking.git_commit() or "") == 40
     assert pre_run.data.tags["dvc.stage"] == "pretrain" and pre_run.data.tags["dvc.stage_hash"]
     ft_params = client.get_run(ft["run_id"]).data.params
     assert {k.split(".")[0] for k in ft_params} == {"seed", "finetune", "tasks", "model",
-                                                     "pretrain", "ablations"}  # its pilot's grid
+                                                     "pretrain", "ablations",  # its pilot's
+                                                     "bpe"}  # the special tokens
     assert ft_params["finetune.tasks"].startswith('["snli"')
     assert client.get_run(parent).data.params == {}  # the pipeline run: the config artifact
     config = client.download_artifacts(parent, "config.json", str(tmp_path))
