@@ -22,13 +22,13 @@ carries a model card (README.md with a metadata header, gpt1.model_card) and gpt
 reads back (`load_export`).
 
 Writes config.json, model.safetensors (transformers' names; its Conv1D layers store weights
-as (in, out), so ours are transposed), and the tokenizer: tokenizer.json (our exact BPE,
-loaded by AutoTokenizer as a fast tokenizer: a symbol it has never seen is dropped, as gpt1's
-own tokenizer drops it, and `model_max_length` is the context), vocab.json + merges.txt and the
-three special tokens.
+as (in, out), so ours are transposed), and the tokenizer: tokenizer.json (our exact BPE behind
+the text standardisation as tokenizers' normalizer and pre-tokenizer, gpt1.data.hf_text, so it
+reads raw text as gpt1 does; loaded by AutoTokenizer as a fast tokenizer: a symbol it has never
+seen is dropped, as gpt1's own tokenizer drops it, and `model_max_length` is the context),
+vocab.json + merges.txt and the three special tokens; gpt1_tokenizer.json is our tokenizer as
+trained. Every file is written 0644.
 `from_pretrained(OUT_DIR)` loads it offline and gives our logits (tests/unit/test_export.py).
-Inputs must be standardized text (gpt1.data.clean), as for our own tokenizer: transformers'
-tokenizer does not run ftfy/spaCy (spec §5).
 """
 
 from __future__ import annotations
@@ -65,14 +65,40 @@ EXPORT_FILES = ("config.json", "generation_config.json", "model.safetensors", TO
 """Every file an export may write: with --overwrite, only these are replaced in OUT_DIR."""
 
 
+class _OldForm(argparse.Action):
+    """`export-hf RUN_DIR OUT_DIR`: RUN_DIR is taken as `--model RUN_DIR` (so it is located,
+    tokenizer included, exactly as --model is); with --model as well, refused."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 value: Any, option_string: str | None = None) -> None:
+        if value is None:
+            return
+        if namespace.model is not None:
+            parser.error("give OUT_DIR, and the model with --model")
+        namespace.model, namespace.paths, namespace.old_form = namespace.paths[0], [value], True
+
+
+class _Model(argparse.Action):
+    """--model after the old form's two paths: refused, as before them."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 value: Any, option_string: str | None = None) -> None:
+        if namespace.old_form:
+            parser.error("give OUT_DIR, and the model with --model")
+        namespace.model = value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs=1, metavar="OUT_DIR",
                         help="transformers model directory to write: new or empty (a file or a "
                              "non-empty folder is refused unless --overwrite); the old form "
                              "`export-hf RUN_DIR OUT_DIR` names the model first")
-    parser.add_argument("old_form_out", nargs="?", help=argparse.SUPPRESS)  # RUN_DIR OUT_DIR
-    parser.add_argument("--model", help="run directory, fine-tuned model, export-hf folder or "
-                        "models:/name/version (default: <paths.checkpoints>/p<first seed>)")
+    parser.add_argument("old_form_out", nargs="?", action=_OldForm,
+                        help=argparse.SUPPRESS)  # RUN_DIR OUT_DIR
+    parser.add_argument("--model", action=_Model, help="run directory, fine-tuned model, "
+                        "export-hf folder or models:/name/version (default: "
+                        "<paths.checkpoints>/p<first seed>)")
+    parser.set_defaults(old_form=False)
     parser.add_argument("--overwrite", action="store_true",
                         help="OUT_DIR may hold files: replace only the export's own files there "
                              "(each atomically), keep everything else")
@@ -81,14 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, params: Params) -> None:
     """Entry point of `gpt1 export-hf`; the tokenizer is the model's own (or
     params.paths.tokenizer), scores for the card from params.paths.metrics."""
-    args.paths = [*args.paths, *([args.old_form_out] if args.old_form_out else [])]
-    if len(args.paths) == 2 and args.model:
-        raise Gpt1Error("export-hf: give OUT_DIR, and the model with --model")
     from gpt1 import checkpoint
 
-    model = args.model or (args.paths[0] if len(args.paths) == 2
-                           else checkpoint.pretrain_dir(params, names.TRANSFORMER))
-    export_hf(model, args.paths[-1], getattr(args, "tokenizer", None) or params.paths.tokenizer,
+    model = args.model or checkpoint.pretrain_dir(params, names.TRANSFORMER)
+    export_hf(model, args.paths[0], getattr(args, "tokenizer", None) or params.paths.tokenizer,
               params.paths.metrics, overwrite=args.overwrite)
 
 
@@ -153,6 +175,15 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
     return None
 
 
+def _corpus_documents(metrics_dir: str | Path | None) -> int | None:
+    """The pre-training corpus's document count from the workspace's clean_corpus record."""
+    if metrics_dir is None:
+        return None
+    scores = records.read_scores_file(records.record_paths(metrics_dir, "clean_corpus")[0])
+    count = (scores or {}).get("documents")
+    return count if isinstance(count, int) else None
+
+
 def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Path,
               metrics_dir: str | Path | None = None, overwrite: bool = False) -> Path:
     """Write OUT_DIR atomically; Gpt1Error if the run or tokenizer does not fit, or if OUT_DIR
@@ -211,17 +242,20 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
         transformers.utils.logging.disable_progress_bar()  # no bar in a log (gpt1.progress)
     with atomic.user_folder(out_dir, overwrite, EXPORT_FILES) as tmp:
         hf.eval().save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
-        (tmp / TOKENIZER_FILE).write_bytes(tok_bytes)
-        if arch == SEQ_CLS:
-            (tmp / GPT1_TOKENIZER).write_bytes(tok_bytes)
-            (tmp / TOKENIZER_FILE).write_text(_with_layout(tok_bytes, specials), encoding="utf-8")
+        (tmp / GPT1_TOKENIZER).write_bytes(tok_bytes)
+        (tmp / TOKENIZER_FILE).write_text(
+            _reading_raw_text(tok_bytes, specials, cfg.n_positions, arch == SEQ_CLS),
+            encoding="utf-8")
         files.update({BPE_META: bpe_meta, GPT1_META: json.dumps(own, indent=1, sort_keys=True),
                       "README.md": model_card(meta, _scores(meta, metrics_dir),
-                                              how if head is not None else None, arch)})
+                                              how if head is not None else None, arch,
+                                              _corpus_documents(metrics_dir), spec)})
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
         if head is not None and arch != "OpenAIGPTDoubleHeadsModel":
             _write_head(tmp, head, meta["task"], arch, unfolded)
+        for path in tmp.iterdir():  # safetensors writes 0600: readable like every other output
+            path.chmod(0o644)
     log.info("exported %s -> %s (%s, vocab %d)", run_dir, out_dir, arch, meta["vocab_size"])
     return Path(out_dir)
 
@@ -263,17 +297,30 @@ def fold_bias(state: dict[str, Any], linear: Any, n_layer: int) -> Any:
     return beta
 
 
-def _with_layout(tok_bytes: bytes, specials: list[str]) -> str:
-    """Our tokenizer.json with a post-processor laying a text (or a pair) out as fine-tuning
-    does: `_start_ A _classify_`, `_start_ A _delimiter_ B _classify_`."""
+def _reading_raw_text(tok_bytes: bytes, specials: list[str], n_positions: int,
+                      layout: bool) -> str:
+    """Our tokenizer.json reading raw text as gpt1 does (gpt1.data.hf_text: the text
+    standardisation as its normalizer and pre-tokenizer, a text cut where it could exceed the
+    context); with `layout`, also a post-processor laying a text (or a pair) out as
+    fine-tuning does: `_start_ A _classify_`, `_start_ A _delimiter_ B _classify_`."""
+    from gpt1.data.hf_text import standardizer
+
     tok = json.loads(tok_bytes)
+    tok.update(standardizer(n_positions - len(specials)))
+    if layout:
+        tok["post_processor"] = _layout(tok, specials)
+    return json.dumps(tok, ensure_ascii=False, indent=2)
+
+
+def _layout(tok: dict[str, Any], specials: list[str]) -> dict[str, Any]:
+    """The post-processor of a classification export (see `_reading_raw_text`)."""
     start, delim, clf = specials
     ids = {a["content"]: a["id"] for a in tok.get("added_tokens", [])}
 
     def piece(kind: str, name: str) -> dict[str, Any]:
         return {kind: {"id": name, "type_id": 0}}
 
-    tok["post_processor"] = {
+    return {
         "type": "TemplateProcessing",
         "single": [piece("SpecialToken", start), piece("Sequence", "A"),
                    piece("SpecialToken", clf)],
@@ -282,7 +329,6 @@ def _with_layout(tok_bytes: bytes, specials: list[str]) -> str:
                  piece("SpecialToken", clf)],
         "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in specials},
     }
-    return json.dumps(tok, ensure_ascii=False, indent=2)
 
 
 def _export_tensors(path: Path) -> dict[str, Any]:
@@ -382,8 +428,8 @@ def load_export(folder: str | Path) -> tuple[Any, dict[str, Any]]:
 
 def own_tokenizer(folder: Path, spare: Path) -> Path:
     """The folder holding the export's tokenizer as gpt1 reads it (the tokenizer.json the
-    model was trained with, hash-checked): the export itself, or `spare` with its
-    gpt1_tokenizer.json where the export's tokenizer.json carries a classification layout."""
+    model was trained with, hash-checked): `spare` with its gpt1_tokenizer.json (the export's
+    tokenizer.json reads raw text), or the export itself when it was written without one."""
     if not (folder / GPT1_TOKENIZER).is_file():
         return folder
     spare.mkdir(parents=True)

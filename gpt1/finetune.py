@@ -154,8 +154,9 @@ def log_loss(spec: TaskSpec, out: np.ndarray, labels: np.ndarray) -> float | Non
     task: over its answers); None for a regression task."""
     if spec.regression or not len(labels):
         return None
-    logp = torch.log_softmax(torch.from_numpy(np.asarray(out, dtype=np.float32)), dim=-1)
-    return float(-logp[torch.arange(len(labels)), torch.as_tensor(labels)].mean())
+    # copies (torch.tensor): a table's arrays may be read-only, which as_tensor warns about
+    logp = torch.log_softmax(torch.tensor(np.asarray(out, dtype=np.float32)), dim=-1)
+    return float(-logp[torch.arange(len(labels)), torch.tensor(np.asarray(labels))].mean())
 
 
 def body_factory(init: str, layers_transferred: int | None, pretrained: nn.Module | None,

@@ -339,8 +339,8 @@ def import_task_model(src: Path, out_dir: str | Path) -> Path:
     from gpt1 import checkpoint, export
 
     model, meta = export.load_export(src)
-    # a classification export's tokenizer.json carries transformers' input layout; gpt1's own
-    # tokenizer is then gpt1_tokenizer.json (export.own_tokenizer)
+    # an export's tokenizer.json reads raw text (a classification one also lays the input out);
+    # gpt1's own tokenizer is gpt1_tokenizer.json (export.own_tokenizer)
     own = src / export.GPT1_TOKENIZER
     tok_files = [own if own.is_file() else src / export.TOKENIZER_FILE, src / export.BPE_META]
     for path in tok_files:

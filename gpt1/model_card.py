@@ -30,15 +30,15 @@ def corpus(p: dict[str, Any]) -> str:
             else "local mirror")
 
 
-def eval_results(meta: dict[str, Any], scores: dict[str, Any] | None) -> list[Any] | None:
+def eval_results(meta: dict[str, Any], scores: dict[str, Any] | None, spec: Any
+                 ) -> list[Any] | None:
     """The card's `model-index`: each of the task's metrics its metrics file recorded (the
     mean over fine-tuning seeds, on the task's test split as the record names it)."""
     from huggingface_hub import EvalResult
 
     task = meta.get("task")
-    if not task or not scores:
+    if not task or not scores or spec is None:
         return None
-    spec = _task(task)
     recorded = scores.get("scores", {})
     out = []
     for name in dict.fromkeys((spec.metric, *spec.metrics)):
@@ -60,14 +60,8 @@ def task_dataset(spec: Any) -> str:
     return str(spec.hub.path) if spec.hub else f"{Path(spec.custom.file).name} (local file)"
 
 
-def _task(task: str) -> Any:
-    from gpt1.tasks.registry import TASKS
-
-    return TASKS[task]
-
-
 def metadata(meta: dict[str, Any], scores: dict[str, Any] | None = None,
-             arch: str = "OpenAIGPTLMHeadModel") -> Any:
+             arch: str = "OpenAIGPTLMHeadModel", spec: Any = None) -> Any:
     """The card's ModelCardData: the pre-training corpus the run used and the task's dataset,
     the task's metrics, the pipeline the exported class serves, and the recorded scores as
     `model-index`."""
@@ -75,14 +69,13 @@ def metadata(meta: dict[str, Any], scores: dict[str, Any] | None = None,
 
     p, task = meta["params"], meta.get("task")
     datasets = [corpus(p)]
-    if task:
-        spec = _task(task)
+    if task and spec is not None:
         datasets.append(task_dataset(spec))
         metrics = [HF_METRICS.get(m, m) for m in spec.metrics]
         pipeline = PIPELINES.get(arch)
     else:
         metrics, pipeline = ["perplexity"], "text-generation"
-    results = eval_results(meta, scores)
+    results = eval_results(meta, scores, spec)
     return ModelCardData(license=LICENSE, library_name="transformers", pipeline_tag=pipeline,
                          datasets=datasets, metrics=metrics,
                          tags=["gpt1", "openai-gpt", *([task] if task else [])],
@@ -104,10 +97,23 @@ def _score_table(scores: dict[str, Any]) -> list[str]:
     return lines
 
 
+def trained_on(p: dict[str, Any], documents: int | None) -> str:
+    """What the body was pre-trained on, in words: the released weights' corpus for an
+    import, else the count of documents the workspace's clean_corpus record holds (books when
+    Gutenberg headers are stripped), or no count when there is no record."""
+    if p["pretrain"].get("import_hf"):
+        return "the released weights' BooksCorpus (imported)"
+    what = "public-domain books" if p["clean"].get("strip_gutenberg") else "documents"
+    return f"{documents} {what}" if documents is not None else f"{corpus(p)} ({what})"
+
+
 def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | None,
-               arch: str = "OpenAIGPTLMHeadModel") -> str:
+               arch: str = "OpenAIGPTLMHeadModel", documents: int | None = None,
+               spec: Any = None) -> str:
     """README.md of an export: the metadata header, then the card's text. `head` names how
-    the task head is exported (None for a pre-trained LM), `arch` the transformers class."""
+    the task head is exported (None for a pre-trained LM), `arch` the transformers class,
+    `documents` the size of the pre-training corpus (None: not known), `spec` the task's
+    TaskSpec (its dataset and metrics)."""
     from huggingface_hub import ModelCard
 
     p, task = meta["params"], meta.get("task")
@@ -142,18 +148,26 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | 
         "`gpt1 predict --model <this folder> TEXT` (fine-tuned) or `gpt1 generate --model "
         "<this folder> PROMPT` answer from this folder alone, outside the repository.",
         *(["", "`transformers.pipeline(\"text-classification\", model=<this folder>)` gives the "
-           "same labels and probabilities (pairs: `{\"text\": A, \"text_pair\": B}`; one input "
-           "per batch, the model has no padding token)."]
+           "same labels and probabilities on raw text, with no extra argument (pairs: "
+           "`{\"text\": A, \"text_pair\": B}`; one input per batch, the model has no padding "
+           "token)."]
           if PIPELINES.get(arch) == "text-classification" else []), "",
         "## Limits", "",
-        "- Inputs must be standardised like the training text (gpt1.data.clean): transformers'"
-        " tokenizer does not run ftfy or the punctuation rules.",
-        "- A research reproduction at the params above (the demo preset is a small model on "
-        "113 public-domain books): not a general-purpose or safe text generator; it repeats "
-        "the biases of 19th-century fiction.",
+        "- The tokenizer standardises raw text as training did (ftfy's quote and dash fixes, "
+        "the original release's punctuation rules, spaCy's English splits and exceptions, "
+        "lower-case) with tokenizers' own normalizer and pre-tokenizer. Not reproduced: ftfy's "
+        "other repairs (mojibake, HTML entities) and spaCy's URL, emoticon and letter-case "
+        f"rules; a text is cut after {m['n_positions'] - len(p['bpe']['special_tokens'])} "
+        "characters (gpt1 cuts tokens, so a "
+        "text that long can answer otherwise); a pair too long for the context needs "
+        "`truncation=True`.",
+        f"- A research reproduction at the params above, pre-trained on "
+        f"{trained_on(p, documents)}: not a general-purpose or safe text generator; it "
+        "repeats the biases of its corpus.",
         *([f"- The task head: {head}; see gpt1/heads.py for how it reads the `_classify_` "
            "token's state."] if task else []),
         "",
     ]
-    card = ModelCard(f"---\n{metadata(meta, scores, arch).to_yaml()}\n---\n\n" + "\n".join(body))
+    header = metadata(meta, scores, arch, spec).to_yaml()
+    card = ModelCard(f"---\n{header}\n---\n\n" + "\n".join(body))
     return str(card)

@@ -109,7 +109,8 @@ def describe(spec: TaskSpec) -> str:
                         for c, need in input_columns(spec).items())
     return (f"GPT-1 fine-tuned on {spec.title}: inputs {columns} (raw text), the same answers "
             "as `gpt1 predict`: " + ("`score`." if spec.regression else
-                                     "`label` and `probabilities` (JSON)."))
+                                     "`label` and `probabilities`, one per label in the "
+                                     f"order {', '.join(map(str, spec.labels))}."))
 
 
 def example_inputs(spec: TaskSpec, table: pd.DataFrame, n: int = 2) -> list[dict[str, Any]]:
@@ -170,11 +171,14 @@ def load_task_model(model_dir: str | Path, tokenizer_dir: str | Path
                         "task); predict needs a fine-tuned model (<paths.finetuned>/p<seed>/"
                         "<task>/model, its export-hf folder or models:/gpt1-<task>/N); "
                         "`gpt1 generate --model` samples from this one", meta_path)
-    if meta["task"] not in TASKS:
-        raise Gpt1Error(f"task {meta['task']!r} is not one of this project's tasks", meta_path)
     if meta["tokenizer_hash"] != tok.hash:
         raise Gpt1Error("fine-tuned with another tokenizer; re-run finetune", meta_path)
+    # the recorded params make the model's own tasks (tasks.custom) known: a model of one
+    # answers in any process, whatever params were loaded before (a pre-training run's lack it)
     params = checkpoint.recorded_params(meta, meta_path)
+    if meta["task"] not in TASKS:
+        raise Gpt1Error(f"task {meta['task']!r} is neither one of this project's tasks nor a "
+                        "tasks.custom task of the model's params", meta_path)
     spec = TASKS[meta["task"]]
     body = networks.build_model(meta["kind"], params, meta["vocab_size"])
     model = TaskModel(body, spec, params.finetune.clf_pdrop, params.model.initializer_range)

@@ -5,7 +5,6 @@ gpt1.tracking, and the stages load this module without loading torch models."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -50,7 +49,8 @@ _PYFUNC_CODE = (
 def pyfunc_model() -> Any:
     """The mlflow PythonModel serving a model logged by `log_model`: a pre-trained LM scores
     each `text` (its mean next-token loss, nats); a fine-tuned model answers as `gpt1 predict`
-    does (the same `gpt1.predict.classify`): `label` and `probabilities` (JSON) for `text` plus
+    does (the same `gpt1.predict.classify`): `label` and `probabilities` (a list in the order
+    of the task's labels) for `text` plus
     the task's `text_b` / `choices` (a list, or a JSON list), or a `score` for a regression
     task. Inputs are raw text, standardised as in training."""
     import mlflow.pyfunc
@@ -86,7 +86,8 @@ def pyfunc_model() -> Any:
             if spec.regression:
                 return pd.DataFrame({"score": [p["score"] for p in preds]})
             return pd.DataFrame({"label": [p["label"] for p in preds],
-                                 "probabilities": [json.dumps(p["probabilities"]) for p in preds]})
+                                 "probabilities": [list(p["probabilities"].values())
+                                                   for p in preds]})
 
     return Gpt1Model()
 
@@ -110,6 +111,9 @@ def log_model(model_dir: str | Path, tokenizer_dir: str | Path, registered_name:
         files.mkdir()
         for name in (checkpoint.MODEL_META, checkpoint.MODEL_FILE):  # not the checkpoints
             shutil.copy2(Path(model_dir) / name, files / name)
+        # the model answers its example before the store is asked: a model that cannot
+        # answer is an error of its own, never taken for a lost store
+        sig = signature(files, Path(tokenizer_dir), example)
         run.attempt(
             lambda lost: {"op": "model", "model": lost.keep(files),
                           "tokenizer": lost.keep(tokenizer_dir),
@@ -117,7 +121,7 @@ def log_model(model_dir: str | Path, tokenizer_dir: str | Path, registered_name:
                           "description": description},
             lambda: uri.append(log_model_files(run.client.tracking_uri, run.run_id, files,
                                                Path(tokenizer_dir), registered_name, example,
-                                               description)))
+                                               description, sig)))
     return uri[0] if uri else None
 
 
@@ -163,14 +167,14 @@ def log_pyfunc(files: Path, tokenizer_dir: Path, sig: Any, example: list[dict[st
 
 def log_model_files(tracking_uri: str, run_id: str, files: Path, tokenizer_dir: Path,
                     registered_name: str, example: list[dict[str, Any]],
-                    description: str) -> str:
+                    description: str, sig: Any = None) -> str:
     """Log the model in `files` (model.json + model.safetensors) and `tokenizer_dir` as the
-    pyfunc model of run `run_id`, register it (description, alias `current` on the new
-    version); returns the model URI."""
+    pyfunc model of run `run_id` with signature `sig` (None: `signature` of the example),
+    register it (description, alias `current` on the new version); returns the model URI."""
     import mlflow
     from mlflow import MlflowClient
 
-    sig = signature(files, tokenizer_dir, example)
+    sig = signature(files, tokenizer_dir, example) if sig is None else sig
     mlflow.set_tracking_uri(tracking_uri)
     with mlflow.start_run(run_id=run_id):
         info = log_pyfunc(files, tokenizer_dir, sig, example, pip_requirements(),

@@ -129,8 +129,13 @@ def test_export_usage_names_one_out_dir(capsys: pytest.CaptureFixture[str]) -> N
         build_parser(["export-hf", "--help"]).parse_args(["export-hf", "--help"])
     usage = capsys.readouterr().out.split("\n\n")[0]
     assert "OUT_DIR" in usage and "[OUT_DIR" not in usage, usage
-    args = build_parser().parse_args(["export-hf", "run", "out"])  # the old form still parses
-    assert args.paths == ["run"] and args.old_form_out == "out"
+    args = build_parser().parse_args(["export-hf", "run", "out"])  # the old form = --model
+    assert args.paths == ["out"] and args.model == "run"
+    for argv in (["export-hf", "run", "out", "--model", "m"],
+                 ["export-hf", "--model", "m", "run", "out"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+    assert "the model with --model" in capsys.readouterr().err
 
 
 def test_a_stage_parses_its_command_line_without_importing_torch() -> None:

@@ -58,11 +58,14 @@ def test_trained_checkpoint_matches_transformers_via_cli(tmp_path):
     idx = torch.randint(0, meta["vocab_size"], (2, params.pretrain.seq_len))
     diff = (_our_logits(model, idx) - _hf_logits(out, idx)).abs().max().item()
     assert diff <= 1e-4, diff
-    # the tokenizer files load in transformers and tokenize as ours (standardized input)
+    # the tokenizer files load in transformers and tokenize as ours (standardized input),
+    # a text cut after n_positions - 3 characters (never more tokens than the context)
     ours = bpe.load_bpe(params.paths.tokenizer)
     hf_tok = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
-    text = random_texts(1, 5)[0][:200]
-    assert hf_tok(text, add_special_tokens=False)["input_ids"] == ours.encode_batch([text])[0]
+    cut = params.model.n_positions - 3
+    text = random_texts(1, 5)[0]
+    kept = text[:next(i for i in range(len(text)) if len(text[:i].replace(" ", "")) == cut)]
+    assert hf_tok(text, add_special_tokens=False)["input_ids"] == ours.encode_batch([kept])[0]
     specials = list(params.bpe.special_tokens)
     assert hf_tok.convert_tokens_to_ids(specials) == [ours.start_id, ours.delimiter_id,
                                                       ours.classify_id]
@@ -145,33 +148,64 @@ def test_card_datasets_name_the_corpus_the_run_used() -> None:
     assert corpus(params("mirror", "models/openai-gpt")) == "bookcorpus"  # the released weights
 
 
-@pytest.mark.parametrize("task", ["sst2", "rte"])
-def test_text_classification_pipeline_answers_as_predict(tiny_params, tmp_path, task):
-    """transformers' pipeline("text-classification") on the export gives `gpt1 predict`'s
-    labels and probabilities (a pair as text / text_pair); its tokenizer lays the input out as
-    fine-tuning does, keeps a symbol it never saw from failing, and knows the context."""
-    from gpt1.predict import classify, load_task_model
+RAW = [("Don't you think the film's ending was GREAT?!", "Nobody's sleeping."),
+       ("I couldn't stop laughing... it's a masterpiece, really.", "He'd left (again)."),
+       ("Mr. Smith's café served crème brûlée—delicious!", "The U.S. team won 3-2."),
+       ("\u201cIt wasn't bad,\u201d she said; the king's ship sailed at 10am.", "I'm not sure.")]
+"""Raw sentences: punctuation, contractions, capitals, curly quotes, dashes and accents."""
 
-    task_export(tiny_params, tmp_path, task)
+
+@pytest.mark.parametrize("task", ["sst2", "rte", "questions"])
+def test_text_classification_pipeline_answers_as_predict(make_params, tmp_path, task):
+    """transformers' pipeline("text-classification") on the export, with no extra argument,
+    gives `gpt1 predict`'s labels and probabilities on raw sentences (a pair as text /
+    text_pair; a task of the user's own too): its tokenizer standardises the text as gpt1
+    does, lays the input out as fine-tuning does, drops a symbol it never saw as ours does,
+    and cuts a 2,000-word input to the context. Every file is readable by all (0644)."""
+    from gpt1.predict import classify, load_task_model
+    from gpt1.tasks.registry import register_custom
+
+    params = make_params({"model": {"n_positions": 128},  # every RAW input fits, uncut
+                          "tasks": {"custom": {"questions": {
+                              "file": "questions.csv", "text": "question", "label": "topic",
+                              "labels": ["cooking", "sports", "music"]}}}})
+    task_export(params, tmp_path, task)
     model, tok, spec, saved = load_task_model(tmp_path / "ft", tmp_path / "tok")
-    pairs = [("the king said , and the queen had the ship", "she was at the door"),
-             ("he had a letter", "the river at night")]
-    rows = [{"text_a": a, "text_b": b if task == "rte" else ""} for a, b in pairs]
+    rows = [{"text_a": a, "text_b": b if task == "rte" else ""} for a, b in RAW]
     ours = classify(model, tok, spec, saved, rows)
     pipe = transformers.pipeline("text-classification", model=str(tmp_path / "hf"),
                                  device="cpu")
-    inputs = [{"text": a, "text_pair": b} if task == "rte" else a for a, b in pairs]
+    inputs = [{"text": a, "text_pair": b} if task == "rte" else a for a, b in RAW]
     for mine, theirs in zip(ours, [pipe(x, top_k=None) for x in inputs], strict=True):
         assert theirs[0]["label"] == mine["label"]
         for answer in theirs:
-            assert abs(answer["score"] - mine["probabilities"][answer["label"]]) <= 1e-5
+            assert abs(answer["score"] - mine["probabilities"][answer["label"]]) <= 1e-3
+    long_text = " ".join(["The film's plot, sadly, wasn't great."] * 300)  # 2,100 words
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", local_files_only=True)
+    assert len(hf_tok(long_text)["input_ids"]) <= saved.model.n_positions
+    if task != "rte":  # a pair too long for the context needs truncation=True (the card says)
+        assert pipe(long_text)[0]["label"] in spec.labels
     assert hf_tok.model_max_length == saved.model.n_positions
     ids = hf_tok("naïve ☃ the ship")["input_ids"]  # unseen symbols: dropped, as ours drops them
     assert ids == [tok.start_id, *tok.encode_batch(["naïve ☃ the ship"])[0], tok.classify_id]
     if task == "rte":
         assert hf_tok("a", "b")["input_ids"][-1] == tok.classify_id
         assert tok.delimiter_id in hf_tok("the", "ship")["input_ids"]
+    assert {oct(p.stat().st_mode & 0o777) for p in (tmp_path / "hf").iterdir()} == {"0o644"}
+    register_custom({})
+
+
+def test_card_names_the_corpus_size_the_workspace_recorded(tiny_params, tmp_path):
+    """The card's corpus size is the clean_corpus record's document count, never a preset's."""
+    from gpt1.export import _corpus_documents
+    from gpt1.model_card import model_card
+
+    (tmp_path / "clean_corpus.json").write_text(json.dumps({"documents": 4}))
+    assert _corpus_documents(tmp_path) == 4 and _corpus_documents(tmp_path / "none") is None
+    meta = {"params": tiny_params.as_dict(), "vocab_size": 10, "tokenizer_hash": "ab" * 32}
+    assert "pre-trained on 4 public-domain books" in model_card(meta, None, None, documents=4)
+    unknown = model_card(meta, None, None)
+    assert "113" not in unknown and "project-gutenberg (local mirror) (public-domain" in unknown
 
 
 def test_pretrained_export_card_without_metrics(tiny_params, tmp_path):

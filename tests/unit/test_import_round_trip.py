@@ -72,6 +72,8 @@ def test_imported_run_serves_generate_export_and_predict_in_and_outside_the_repo
     assert text.strip()
     _ok(capsys, ["export-hf", "--model", "imported", "hf-lm"])
     assert _ok(capsys, ["generate", "--model", "hf-lm", *gen]) == text
+    _ok(capsys, ["export-hf", "imported", "hf-old-form"])  # RUN_DIR OUT_DIR = --model RUN_DIR
+    assert _ok(capsys, ["generate", "--model", "hf-old-form", *gen]) == text
     ft = _fine_tune(repo, repo / "imported", "sst2")
     answer = _ok(capsys, ["predict", "--model", str(ft.relative_to(repo)), "a fine film"])
     assert json.loads(answer)["label"] in TASKS["sst2"].labels
