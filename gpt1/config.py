@@ -513,8 +513,9 @@ class OrchestrateCfg(Section):
     `auto` = every GPU the worker sees (its CUDA_VISIBLE_DEVICES when set; none with
     `device: cpu`); [] = none declared: every stage sees what the worker sees."""
     dvc_remote: str | None
-    """DVC remote shared by workers on different machines: each stage pulls its deps before and
-    pushes its outs after; null = one machine, no push/pull."""
+    """DVC remote shared by workers on different machines: a flow run in a worker's clone
+    (gpt1/demo-remote) pulls each stage's deps from it before and pushes its outs after; a
+    flow on this machine works in the workspace's DVC cache, no pull or push; null = none."""
 
 
 class AblationPreset(Section):

@@ -12,9 +12,10 @@ params.orchestrate.io_stages are retried, and never on a config error (exit code
 cannot heal it). A preset other than params.yaml runs in its own working copy
 (pipelines.workcopy), never by changing the workspace's params.yaml. One MLflow parent run per
 flow run and one nested run per stage, which the stage process logs into through $GPT1_RUN_ID.
-Each stage pulls its inputs from and pushes its outputs to params.orchestrate.dvc_remote. No ML
-logic here: the stages live in gpt1.stages and run through `python -m gpt1 <stage>` as dvc.yaml
-says.
+On one machine the stages share the workspace's DVC cache and nothing is pulled or pushed; a run
+on another machine (`publish`, a clone) pulls each stage's inputs from and pushes its outputs to
+params.orchestrate.dvc_remote, the deployer's remote. No ML logic here: the stages live in
+gpt1.stages and run through `python -m gpt1 <stage>` as dvc.yaml says.
 """
 
 from __future__ import annotations
@@ -133,13 +134,14 @@ def _dvc(args: list[str], root: Path, env: dict[str, str]) -> list[str]:
       retry_condition_fn=retry_io_error)
 def run_stage(
     stage: StagePlan, params: Params, root: str, env: dict[str, str], parent: str | None,
-    visible: dict[str, str] | None = None,
+    remote: str | None, visible: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Pull the stage's inputs, `dvc repro --single-item` it, push its outputs; the stage's
-    MLflow run (nested under `parent`) gets its metrics files. `visible`: the devices the
-    stage holds (CUDA_VISIBLE_DEVICES), taken before this task was created (run_graph)."""
+    """`dvc repro --single-item` the stage; the stage's MLflow run (nested under `parent`) gets
+    its metrics files. `remote`: the DVC remote its inputs are pulled from before and its
+    outputs pushed to after (a clone on another machine); None on one machine, whose DVC cache
+    already holds them. `visible`: the devices the stage holds (CUDA_VISIBLE_DEVICES), taken
+    before this task was created (run_graph)."""
     where = Path(root)
-    remote = params.orchestrate.dvc_remote
     with tracking.stage_run(stage.name, params, parent) as run_id:
         started = time.time()
         env = {**env, **(visible or {})}
@@ -163,9 +165,11 @@ UP_TO_DATE = "unchanged (up to date in dvc.lock: not scheduled)"
 
 
 def run_graph(
-    plan: list[StagePlan], params: Params, root: Path, env: dict[str, str], parent: str | None
+    plan: list[StagePlan], params: Params, root: Path, env: dict[str, str], parent: str | None,
+    remote: str | None,
 ) -> list[dict[str, Any]]:
-    """Run the stages `dvc repro` would run, in DVC's order; records in plan order.
+    """Run the stages `dvc repro` would run, in DVC's order; records in plan order (`remote`:
+    run_stage's).
 
     The always-changed stages (scan_mirror) run first; then `dvc status` (pipelines.dag.to_run)
     names the stages that changed and everything downstream of them, and only those are
@@ -211,7 +215,7 @@ def run_graph(
                                 raise_on_lease_renewal_failure=False):
                 futures[s.name] = runner.submit(
                     stage_task, {"stage": s, "params": params, "root": str(root), "env": env,
-                                 "parent": parent, "visible": visible},
+                                 "parent": parent, "remote": remote, "visible": visible},
                     wait_for=[futures[u] for u in s.upstream if u in futures],
                 )
                 futures[s.name].wait()
@@ -296,8 +300,10 @@ def gpt1_pipeline(
     """Run the DVC pipeline (or `stages` plus their upstream) at the preset `params_path`: in
     the workspace for params.yaml, else in the preset's working copy (pipelines.workcopy).
     `publish` (a worker on another machine): use the deployer's DVC remote `dvc_remote_url`
-    and push the run's git-tracked results to the repository the worker cloned, as branch
-    gpt1-runs/<flow run> (pipelines.publish)."""
+    (each stage pulls its inputs from it and pushes its outputs to it) and push the run's
+    git-tracked results to the repository the worker cloned, as branch gpt1-runs/<flow run>
+    (pipelines.publish). Without it the run works in this machine's DVC cache: no pull, no
+    push (`dvc push` shares its outputs)."""
     logger = get_run_logger()
     root, params = workspace_for(Path.cwd(), params_path)
     tracking.check_store(params)  # before any stage runs: an unusable store is one line
@@ -310,7 +316,8 @@ def gpt1_pipeline(
     name = f"gpt1/{flow_run.get_name() or 'local'}"
     tags = {"prefect.flow_run_id": str(flow_run.get_id())}
     with tracking.pipeline_run(name, params, tags) as parent:
-        records = run_graph(plan, params, root, env, parent)
+        remote = params.orchestrate.dvc_remote if publish else None
+        records = run_graph(plan, params, root, env, parent, remote)
         link = tracking.run_url(params, parent) if parent else None
         table = results_markdown(root, plan, records, link)
         create_markdown_artifact(table, key="gpt1-results", description="gpt1 pipeline results")

@@ -190,7 +190,7 @@ def test_a_stage_runs_only_with_its_slot_and_a_cached_rerun_schedules_nothing(
 
     @flow
     def pipeline() -> list[dict]:
-        return run_graph(read_plan(tmp_path), params, tmp_path, stage_env(params), None)
+        return run_graph(read_plan(tmp_path), params, tmp_path, stage_env(params), None, None)
 
     with prefect_test_harness():
         first = pipeline(return_state=True)
@@ -206,3 +206,42 @@ def test_a_stage_runs_only_with_its_slot_and_a_cached_rerun_schedules_nothing(
     assert {r["stage"]: r["status"] for r in again.result()} == {
         "scan": "ran", "prep": UP_TO_DATE, "finetune@a": UP_TO_DATE, "finetune@b": UP_TO_DATE}
     assert set(runs[1]) == {"scan"}  # nothing else was scheduled
+
+
+def test_one_machine_works_in_its_dvc_cache_and_a_remote_worker_shares_through_the_remote(
+        tmp_path: Path, make_params) -> None:
+    """With orchestrate.dvc_remote set, a flow on this machine neither pulls nor pushes (its
+    stages share the workspace's cache): the remote stays empty. A run given the remote (a
+    clone on another machine, `publish`) pushes what its stages made."""
+    from prefect import flow
+    from prefect.testing.utilities import prefect_test_harness
+
+    from pipelines.gpt1_flow import run_graph, stage_env
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    dvc_repo(repo, "[a]", """\
+        stages:
+          scan:
+            cmd: echo same > s
+            always_changed: true
+            outs: [s]
+          prep:
+            cmd: cp s p
+            deps: [s]
+            outs: [p]
+        """)
+    remote = tmp_path / "remote"
+    subprocess.run([DVC, "remote", "add", "local", str(remote)], cwd=repo, check=True)
+    params = make_params({"orchestrate": {"max_parallel_stages": 1, "dvc_remote": "local"}})
+
+    @flow
+    def pipeline(share: str | None) -> list[dict]:
+        return run_graph(read_plan(repo), params, repo, stage_env(params), None, share)
+
+    with prefect_test_harness(server_startup_timeout=120):  # a loaded machine starts slowly
+        here = pipeline(None)
+        assert {r["stage"]: r["status"] for r in here} == {"scan": "ran", "prep": "ran"}
+        assert not remote.exists() or not any(p.is_file() for p in remote.rglob("*"))
+        pipeline("local")  # scan runs again (always changed) and is pushed
+    assert any(p.is_file() for p in remote.rglob("*"))

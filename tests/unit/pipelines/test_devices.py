@@ -194,7 +194,7 @@ def test_eight_finetunes_at_once_see_different_devices(eight_device_repo, make_p
     @flow
     def eight_devices() -> list[dict]:
         return run_graph(read_plan(eight_device_repo), params, eight_device_repo,
-                         stage_env(params), None)
+                         stage_env(params), None, None)
 
     with prefect_test_harness():  # a temporary Prefect server and database
         records = eight_devices()

@@ -316,7 +316,7 @@ def test_relog_with_the_store_still_away_keeps_the_records(tmp_path, monkeypatch
     pending.add({"op": "end", "status": "FINISHED"})
     started = time.perf_counter()
     assert main(["relog"]) == 2
-    assert time.perf_counter() - started < 5  # the store checked first: no client retries
+    assert time.perf_counter() - started < 10  # the store checked first: no client retries
     line = _one_line(capsys)
     kept = tmp_path / "mlflow-pending"
     assert line == (f"gpt1 relog: error: {uri}: tracking store unreachable (Connection "
