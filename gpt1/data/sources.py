@@ -93,11 +93,13 @@ def tree_digests(folder: Path) -> dict[str, str]:
 
 
 def scan_mirror(mirror_dir: str | None, source: str, task_dirs: dict[str, str],
-                out_dir: str | Path, task_files: dict[str, str] | None = None
-                ) -> dict[str, int]:
+                out_dir: str | Path, task_files: dict[str, str] | None = None,
+                task_settings: dict[str, Any] | None = None) -> dict[str, int]:
     """Fingerprint the mirror's inputs into out_dir: corpus.json, <task>.json per entry of
     `task_dirs` (task name -> folder under tasks/) and of `task_files` (a custom task -> its
-    own file, wherever it is) and dprd.json; returns files per input.
+    own file, wherever it is, with its `task_settings`: a task's params are no DVC params key
+    of paper tasks, so its own stages see a changed label or column through this file) and
+    dprd.json; returns files per input.
 
     DVC tracks these files instead of the mirror itself: DVC checks a stage's dependencies
     before running it, so a missing mirror would be its bare `[Errno 2]` and `mirror_dir: null`
@@ -122,7 +124,8 @@ def scan_mirror(mirror_dir: str | None, source: str, task_dirs: dict[str, str],
     for task, file in (task_files or {}).items():
         if not Path(file).is_file():
             raise Gpt1Error(f"tasks.custom.{task}.file: no such file", file)
-        inputs[task] = {"files": {file: sha256_file(Path(file))}}
+        inputs[task] = {"files": {file: sha256_file(Path(file))},
+                        "settings": (task_settings or {}).get(task)}
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for name, content in inputs.items():

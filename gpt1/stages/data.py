@@ -29,8 +29,9 @@ def scan_mirror(params: Params, *, context: StageContext | None = None) -> dict[
     """Fingerprint the mirror's corpus and task folders (what DVC tracks of the mirror)."""
     folders = {name: spec.mirror_dir for name, spec in TASKS.items() if spec.custom is None}
     files = {name: spec.custom.file for name, spec in TASKS.items() if spec.custom is not None}
+    settings = {name: params.tasks.custom[name].model_dump(mode="json") for name in files}
     counts = sources.scan_mirror(params.paths.mirror_dir, params.data.source, folders,
-                                 params.paths.mirror_scan, files)
+                                 params.paths.mirror_scan, files, settings)
     # and the checkpoint pretrain.import_hf names (no source when it is null); no torch
     atomic.write_json(Path(params.paths.mirror_scan) / hf_import.SCAN_FILE,
                       hf_import.scan(params.pretrain.import_hf))
@@ -143,7 +144,9 @@ def prepare_task(params: Params, task: str, *, context: StageContext | None = No
         report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
                                       if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")
-        load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report})
+        own = ({"settings": params.tasks.custom[task].model_dump(mode="json")}
+               if spec.custom else {})  # an own task's settings reach its fine-tuning stages
+        load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report, **own})
         metrics = {"task": task,
                    "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                    "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,

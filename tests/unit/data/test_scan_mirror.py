@@ -42,6 +42,26 @@ def test_fingerprints_change_only_with_their_input(tmp_path: Path) -> None:
     assert changed == {"rte.json"}
 
 
+def test_an_own_tasks_settings_are_in_its_fingerprint(tmp_path: Path) -> None:
+    """An own task's settings (labels, columns, metric) are no DVC params key of the paper's
+    tasks, so they reach its prepare_task (and, through the settings it writes beside its
+    tables, its fine-tuning) as part of its fingerprint: a changed label list changes
+    questions.json and nothing else."""
+    mirror, out = tmp_path / "mirror", tmp_path / "scan"
+    write_corpus(mirror, n_books=2, n_paragraphs=3)
+    own = tmp_path / "questions.csv"
+    own.write_text("question,topic\nhow long to boil an egg?,cooking\n")
+    settings = {"questions": {"file": str(own), "labels": ["cooking", "sports"]}}
+    scan_mirror(str(mirror), "mirror", TASKS, out, {"questions": str(own)}, settings)
+    first = read(out)
+    assert json.loads(first["questions.json"])["settings"] == settings["questions"]
+    scan_mirror(str(mirror), "mirror", TASKS, out, {"questions": str(own)}, settings)
+    assert read(out) == first
+    settings["questions"]["labels"].append("music")
+    scan_mirror(str(mirror), "mirror", TASKS, out, {"questions": str(own)}, settings)
+    assert {n for n, d in read(out).items() if d != first[n]} == {"questions.json"}
+
+
 def test_null_mirror_means_the_hub(tmp_path: Path) -> None:
     out = tmp_path / "scan"
     scan_mirror(None, "hub", TASKS, out)
