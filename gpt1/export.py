@@ -244,7 +244,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, tokenizer_dir: str | Pat
         hf.eval().save_pretrained(tmp, safe_serialization=True, max_shard_size="1000GB")
         (tmp / GPT1_TOKENIZER).write_bytes(tok_bytes)
         (tmp / TOKENIZER_FILE).write_text(
-            _reading_raw_text(tok_bytes, specials, cfg.n_positions, arch == SEQ_CLS),
+            _reading_raw_text(tok_bytes, specials, cfg.n_positions, arch == SEQ_CLS,
+                              spec is not None and _reads_pairs(spec)),
             encoding="utf-8")
         files.update({BPE_META: bpe_meta, GPT1_META: json.dumps(own, indent=1, sort_keys=True),
                       "README.md": model_card(meta, _scores(meta, metrics_dir),
@@ -297,16 +298,23 @@ def fold_bias(state: dict[str, Any], linear: Any, n_layer: int) -> Any:
     return beta
 
 
+def _reads_pairs(spec: Any) -> bool:
+    """The task's input is a pair of texts (entailment and similarity; an own task with a
+    text_b column is an entailment-format task)."""
+    return bool(spec.fmt in ("entail", "similarity"))
+
+
 def _reading_raw_text(tok_bytes: bytes, specials: list[str], n_positions: int,
-                      layout: bool) -> str:
+                      layout: bool, pairs: bool = False) -> str:
     """Our tokenizer.json reading raw text as gpt1 does (gpt1.data.hf_text: the text
     standardisation as its normalizer and pre-tokenizer, a text cut where it could exceed the
-    context); with `layout`, also a post-processor laying a text (or a pair) out as
-    fine-tuning does: `_start_ A _classify_`, `_start_ A _delimiter_ B _classify_`."""
+    context: for a pair task each text at half of it, so that any pair fits); with `layout`,
+    also a post-processor laying a text (or a pair) out as fine-tuning does:
+    `_start_ A _classify_`, `_start_ A _delimiter_ B _classify_`."""
     from gpt1.data.hf_text import standardizer
 
     tok = json.loads(tok_bytes)
-    tok.update(standardizer(n_positions - len(specials)))
+    tok.update(standardizer((n_positions - len(specials)) // (2 if pairs else 1)))
     if layout:
         tok["post_processor"] = _layout(tok, specials)
     return json.dumps(tok, ensure_ascii=False, indent=2)

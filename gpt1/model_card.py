@@ -158,9 +158,8 @@ def model_card(meta: dict[str, Any], scores: dict[str, Any] | None, head: str | 
         "lower-case) with tokenizers' own normalizer and pre-tokenizer. Not reproduced: ftfy's "
         "other repairs (mojibake, HTML entities) and spaCy's URL, emoticon and letter-case "
         f"rules; a text is cut after {m['n_positions'] - len(p['bpe']['special_tokens'])} "
-        "characters (gpt1 cuts tokens, so a "
-        "text that long can answer otherwise); a pair too long for the context needs "
-        "`truncation=True`.",
+        "characters (each text of a pair task after half of that), so any input fits the "
+        "context (gpt1 cuts tokens, so a text that long can answer otherwise).",
         f"- A research reproduction at the params above, pre-trained on "
         f"{trained_on(p, documents)}: not a general-purpose or safe text generator; it "
         "repeats the biases of its corpus.",

@@ -182,9 +182,10 @@ def test_text_classification_pipeline_answers_as_predict(make_params, tmp_path, 
             assert abs(answer["score"] - mine["probabilities"][answer["label"]]) <= 1e-3
     long_text = " ".join(["The film's plot, sadly, wasn't great."] * 300)  # 2,100 words
     hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf", local_files_only=True)
-    assert len(hf_tok(long_text)["input_ids"]) <= saved.model.n_positions
-    if task != "rte":  # a pair too long for the context needs truncation=True (the card says)
-        assert pipe(long_text)[0]["label"] in spec.labels
+    long_input = {"text": long_text, "text_pair": long_text} if task == "rte" else long_text
+    pair = (long_text, long_text) if task == "rte" else (long_text,)
+    assert len(hf_tok(*pair)["input_ids"]) <= saved.model.n_positions
+    assert pipe(long_input)[0]["label"] in spec.labels  # a pair of 2,000-word texts too
     assert hf_tok.model_max_length == saved.model.n_positions
     ids = hf_tok("naïve ☃ the ship")["input_ids"]  # unseen symbols: dropped, as ours drops them
     assert ids == [tok.start_id, *tok.encode_batch(["naïve ☃ the ship"])[0], tok.classify_id]
