@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
 
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
@@ -24,10 +23,10 @@ from gpt1.interrupt import StoppedError
 log = logging.getLogger(__name__)
 
 
-def launch_if_needed(name: str, params: Params, params_path: str, kwargs: dict[str, Any]
-                     ) -> bool:
-    """Run stage `name` as pretrain.nproc ranks when that is more than one and this process is
-    not a rank already (a StoppedError or Gpt1Error when they stop or fail); False when this
+def launch_if_needed(argv: list[str], params: Params, params_path: str) -> bool:
+    """Run the stage run of command line `argv` (gpt1.stage_table.StageRun.argv) as
+    pretrain.nproc ranks when that is more than one and this process is not a rank already
+    (a StoppedError or Gpt1Error when they stop or fail); False when this
     process is to run the stage itself (one process, a rank, or an import that trains nothing)."""
     if launched() or params.pretrain.import_hf is not None:
         return False
@@ -35,9 +34,7 @@ def launch_if_needed(name: str, params: Params, params_path: str, kwargs: dict[s
     if nproc == 1:
         return False
     params.pretrain.accumulation(nproc)  # the batch splits over the ranks, or stop
-    stage_args = [a for k, v in kwargs.items() if v is not None
-                  for a in (f"--{k.replace('_', '-')}", str(v))]  # e.g. --pretrain-seed
-    code, signum = launch_ranks(nproc, ["--params", params_path, name, *stage_args])
+    code, signum = launch_ranks(nproc, ["--params", params_path, *argv])
     if signum is not None:
         raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "
                            "checkpoint", signum)

@@ -1,7 +1,7 @@
 """How the CLI runs one pipeline stage (gpt1/stage_table.py names its function).
 
 `run_stage` loads the params, resolves the stage's arguments (the pre-training seed
-included) and its run name (`stage_table.address`, DVC's address), holds the stage's lock
+included) and its run name (`stage_table.StageRun`: DVC's address), holds the stage's lock
 (gpt1.stage_lock), checks the device, launches pretrain.nproc ranks for a launched stage
 (gpt1.launcher), starts the record clock (gpt1.records) and runs the function inside the
 stage's MLflow run. Errors propagate: the CLI's `guarded` turns them into one line.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpt1.config import Params, load_params
-from gpt1.stage_table import STAGES, address, stage_arguments
+from gpt1.stage_table import STAGES, StageRun, stage_arguments
 
 
 def run_stage(name: str, params_path: str, started: float | None = None,
@@ -25,15 +25,13 @@ def run_stage(name: str, params_path: str, started: float | None = None,
     throughout: a second run of it in this workspace stops in one line; a rank launched by the
     stage runs under its launcher's."""
     params = load_params(params_path)  # fail on bad params before importing anything heavy
-    kwargs = stage_arguments(name, values or {}, params.pretrain.seeds)
-    run_name = address(name, kwargs)
+    run = StageRun.of(name, **stage_arguments(name, values or {}, params.pretrain.seeds))
+    run_name, kwargs = run.address, run.kwargs
     if "RANK" in os.environ:
         return _run_stage(name, run_name, params, params_path, started, kwargs)
     from gpt1 import stage_lock
 
-    run = " ".join(["gpt1", name.replace("_", "-"),
-                    *(f"--{k.replace('_', '-')} {v}" for k, v in kwargs.items())])
-    with stage_lock.held(run, params):
+    with stage_lock.held(run.lock_name, params):
         # the first line, before torch and mlflow load; on stdout: stderr stays the one line
         # of a failure (a rank launched by the stage prints none: its launcher did)
         print(f"gpt1 {run_name}: started ({params_path})", flush=True)
@@ -53,7 +51,8 @@ def _run_stage(name: str, run_name: str, params: Params, params_path: str,
     if stage.launched:
         from gpt1 import launcher
 
-        if launcher.launch_if_needed(name, params, params_path, kwargs):
+        if launcher.launch_if_needed(StageRun.of(name, **kwargs).argv, params,
+                                    params_path):
             return None  # the ranks ran the stage
     os.environ["GPT1_STAGE"] = name  # gpt1.tracking.STAGE_ENV: the run logs its own params
     from gpt1 import records

@@ -30,6 +30,7 @@ from gpt1.report.findings import evaluate_findings, render_findings
 from gpt1.report.pilots import pilot_section
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.tables import render_ablations, render_custom, render_table
+from gpt1.stage_table import record_prefix
 from gpt1.tasks.registry import TASKS
 
 
@@ -37,7 +38,8 @@ def _splits_section(metrics: Metrics) -> list[str]:
     lines = ["| metrics file | evaluated on | n_train | n_eval | config hash |",
              "|---|---|---:|---:|---|"]
     for stem, m in sorted(metrics.items()):
-        full = first_run(metrics, f"finetune_{m.get('task')}", task=m.get("task"),
+        full = first_run(metrics, record_prefix("finetune", task=m.get("task")),
+                         task=m.get("task"),
                          variant="full")
         same = (full or {}).get("eval_split")
         variant = m.get("variant", "full")
@@ -408,7 +410,7 @@ def headline(params: Params, metrics: Metrics) -> dict[str, Any]:
     full = variant_results(current, "full")  # pooled over pre-training seeds
     scores = {}
     for task in params.finetune.tasks:
-        record = full.get(task) or current.get(f"finetune_{task}")
+        record = full.get(task) or current.get(record_prefix("finetune", task=task))
         if record is None:
             continue
         value = record["scores"].get(TASKS[task].metric, {}).get("mean")

@@ -16,7 +16,7 @@ from gpt1 import atomic, floor, names, tracking
 from gpt1 import checkpoint as ckpt
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
-from gpt1.stage_table import resolve_pretrain_seed
+from gpt1.stage_table import StageRun, record_prefix, resolve_pretrain_seed
 from gpt1.stages import import_hf
 from gpt1.stages.finetune import finetune_variant
 from gpt1.stages.lr_pilot import pilot_split
@@ -24,9 +24,9 @@ from gpt1.stages.recording import record
 from gpt1.stages.variants import ablation_params, pilot_choice, with_caps
 from gpt1.tasks import load
 
-N_PREFIX, FLOOR_PREFIX, STEP_PREFIX = "curve_n", "curve_floor", "curve_step"
-"""Record stems: curve_n_<task>_<n>_<arm>_p<pretrain_seed>, curve_floor_<task>_<n>,
-curve_step_<task>_<checkpoint>_p<pretrain_seed>."""
+N_PREFIX, STEP_PREFIX = "curve_n", "curve_step"
+"""The points' folders under paths.finetuned and their records' variants (the stems are
+gpt1.stage_table's)."""
 
 
 def _check(params: Params, task: str, n: int | None = None, arm: str | None = None) -> None:
@@ -81,7 +81,8 @@ def curve_n(params: Params, task: str, n: int, arm: str, pretrain_seed: int | No
     run, kind = arm_params(params, task, arm)
     return finetune_variant(with_caps(run, task, n, None), task, f"{N_PREFIX}_{arm}", kind,
                             pretrain_seed,
-                            out=f"{N_PREFIX}/{arm}/{task}_{n}", stem=f"{N_PREFIX}_{task}_{n}_{arm}",
+                            out=f"{N_PREFIX}/{arm}/{task}_{n}",
+                            stem=record_prefix("curve_n", task=task, n=n, arm=arm),
                             record_params=params, held_out=held)
 
 
@@ -90,7 +91,7 @@ def curve_floor(params: Params, task: str, n: int) -> dict[str, Any]:
     training samples the neural arms draw at n); record curve_floor_<task>_<n>."""
     _check(params, task, n)
     held = _outside_pilot(params, task, n, "curves.ns")
-    stem = f"{FLOOR_PREFIX}_{task}_{n}"
+    stem = StageRun.of("curve_floor", task=task, n=n).stem
     with tracking.start_run(stem, params):
         metrics = floor.run(with_caps(params, task, n, None), task,
                             out=f"{N_PREFIX}/{floor.VARIANT}/{task}_{n}", held_out=held)
@@ -117,7 +118,8 @@ def curve_step(params: Params, task: str, checkpoint: int,
         raise Gpt1Error(f"checkpoint {checkpoint} not in curves.checkpoints "
                         f"{list(params.curves.checkpoints)}")
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
-    stem, tag = f"{STEP_PREFIX}_{task}_{checkpoint}", names.run_tag(pretrain_seed)
+    stem = record_prefix("curve_step", task=task, checkpoint=checkpoint)
+    tag = names.run_tag(pretrain_seed)
     if params.pretrain.import_hf is not None:  # released final weights: no checkpoints
         with atomic.atomic_path(Path(params.paths.finetuned) / tag / STEP_PREFIX
                                 / f"{task}_{checkpoint}") as tmp:

@@ -12,6 +12,7 @@ from gpt1 import atomic, bpe, hf_import, tracking
 from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
+from gpt1.stage_table import StageRun
 from gpt1.stages.recording import record, record_in_own_run
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS, TaskSpec
@@ -137,7 +138,8 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
     mirror = params.paths.mirror_dir
     tables = load.load_task(spec, params.tasks, mirror)
     docs = Path(params.paths.data_docs) / "tasks" / task
-    with tracking.start_run(f"prepare_task_{task}", params):
+    stem = StageRun.of("prepare_task", task=task).stem
+    with tracking.start_run(stem, params):
         report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
                                       if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")
@@ -146,7 +148,7 @@ def prepare_task(params: Params, task: str) -> dict[str, Any]:
                    "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                    "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                    "checks_passed": all(r["success"] for r in report.values())}
-        record(params, f"prepare_task_{task}", metrics, ("rows",))
+        record(params, stem, metrics, ("rows",))
     log.info("%s: %s", task, metrics["rows"])
     return metrics
 

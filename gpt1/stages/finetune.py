@@ -21,7 +21,7 @@ from gpt1.finetune import (
     resolve_hparams,
     train_subset_seed,
 )
-from gpt1.stage_table import resolve_pretrain_seed
+from gpt1.stage_table import StageRun, record_prefix, resolve_pretrain_seed
 from gpt1.stages import logged_models
 from gpt1.stages.data import task_spec
 from gpt1.stages.recording import record
@@ -95,7 +95,8 @@ def finetune_variant(params: Params, task: str, variant: str, kind: str,
     keep_model = variant == "full" and not out
     out = out or (task if variant == "full" else f"{variant}/{task}")
     out_dir = Path(params.paths.finetuned) / names.run_tag(pretrain_seed) / out
-    default = f"finetune_{task}" if variant == "full" else f"finetune_{variant}_{task}"
+    default = (record_prefix("finetune", task=task) if variant == "full"
+               else record_prefix("ablation", task=task, variant=variant))
     stem = names.record_stem(stem or default, pretrain_seed)
     n_train = len(trains[hp.seeds[0]])
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
@@ -196,14 +197,15 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
     run = override(layers_caps(tuned, task),
                     finetune={"layers_transferred": layers, "init": "pretrained"})
     return finetune_variant(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
-                            out=f"layers/{task}_{layers}", stem=f"layers_{task}_{layers}",
+                            out=f"layers/{task}_{layers}",
+                            stem=record_prefix("transfer_layers", task=task, layers=layers),
                             record_params=params)
 
 
 def floor_stage(params: Params, task: str) -> dict[str, Any]:
     """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
     (record finetune_bow_<task>, logged to its own MLflow run)."""
-    stem = f"finetune_{floor.VARIANT}_{task}"
+    stem = StageRun.of("floor", task=task).stem
     with tracking.start_run(stem, params):
         metrics = floor.run(params, task)
         record(params, stem, metrics, ("scores",) if "scores" in metrics else ())

@@ -15,7 +15,7 @@ from gpt1.finetune import pilot_key, resolve_hparams, train_subset_seed
 from gpt1.stages.data import task_spec
 from gpt1.stages.finetune import finetune_variant
 from gpt1.stages.recording import record, record_in_own_run
-from gpt1.stages.variants import ablation_params, override
+from gpt1.stages.variants import ablation_params, override, pilot_run
 from gpt1.tasks import load
 from gpt1.tasks.registry import TaskSpec
 
@@ -93,7 +93,7 @@ def lr_pilot(params: Params, task: str, variant: str) -> dict[str, Any]:
                         f"{list(abl.variants)} (or full) x ablations.tasks {list(abl.tasks)}")
     spec, pretrain_seed = task_spec(params, task), params.pretrain.seeds[0]
     base = Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}"
-    stem = f"lr_pilot_{variant}_{task}"
+    stem = pilot_run(variant, task).stem
     if variant not in cfg.variants:  # a row the pilot does not tune runs at the recipe's lr
         why = {"variant": variant, "task": task,
                "not_piloted": "not in ablations.pilot.variants: the fine-tuning recipe's lr"}

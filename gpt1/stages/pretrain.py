@@ -16,7 +16,7 @@ from gpt1.config import Params
 from gpt1.data import shards
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
-from gpt1.stage_table import resolve_pretrain_seed
+from gpt1.stage_table import StageRun, resolve_pretrain_seed
 from gpt1.stages import import_hf, logged_models
 from gpt1.stages.recording import record
 from gpt1.stages.variants import lm_params
@@ -36,7 +36,7 @@ def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None
               ) -> dict[str, Any]:
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     run_dir = str(checkpoint.pretrain_dir(params, kind, pretrain_seed))
-    stage = names.record_stem(name, pretrain_seed)
+    stage = StageRun.of(name, pretrain_seed=pretrain_seed).stem
     if params.pretrain.import_hf is not None:  # import instead (gpt1/stages/import_hf.py)
         return import_hf.pretrain(params, stage, kind, pretrain_seed, Path(run_dir))
     record_params, params = params, lm_params(params, kind)

@@ -8,6 +8,7 @@ from typing import Any
 from gpt1 import records
 from gpt1.config import FULL_ARM, Params, parse_params
 from gpt1.errors import Gpt1Error
+from gpt1.stage_table import StageRun
 
 
 def override(params: Params, **sections: dict[str, Any]) -> Params:
@@ -54,14 +55,21 @@ def pilot_choice(params: Params, variant: str, task: str) -> tuple[float | None,
     pilot = params.ablations.pilot
     if variant not in pilot.variants or task not in params.ablations.tasks:
         return None, None
-    stem = f"lr_pilot_{variant}_{task}"
-    record = records.read_record(params.paths.metrics, stem)
+    run = pilot_run(variant, task)
+    record = records.read_record(params.paths.metrics, run.stem)
     if record is None:
-        stage = f"lr_pilot_full@{task}" if variant == FULL_ARM else f"lr_pilot@{variant}-{task}"
-        raise Gpt1Error(f"no pilot record for {variant} on {task}: run `dvc repro {stage}` "
-                        "first", records.record_paths(params.paths.metrics, stem)[0])
+        raise Gpt1Error(f"no pilot record for {variant} on {task}: run `dvc repro "
+                        f"{run.address}` first",
+                        records.record_paths(params.paths.metrics, run.stem)[0])
     warmup = record.get("chosen_warmup")
     return float(record["chosen_lr"]), None if warmup is None else float(warmup)
+
+
+def pilot_run(variant: str, task: str) -> StageRun:
+    """The pilot's run of arm `variant` on `task`: lr_pilot_full for `full`, else lr_pilot."""
+    if variant == FULL_ARM:
+        return StageRun.of("lr_pilot_full", task=task)
+    return StageRun.of("lr_pilot", task=task, variant=variant)
 
 
 def layers_caps(params: Params, task: str) -> Params:
