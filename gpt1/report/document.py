@@ -167,7 +167,7 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
     cap = ("all training examples" if ft.max_train_examples is None else
            f"training sets sampled to at most {ft.max_train_examples:,} examples per task "
            f"(seeded; per-task caps: {over or 'none'})")
-    # pretrain.import_hf (gpt1/stages/import_hf.py)
+    # pretrain.import_hf (gpt1/hf_stand_in.py)
     src = (pre.get("imported_from") or {}).get("source")
     pretraining, books = ((f"OpenAI's released weights imported from `{src}` (gpt1 import-hf; "
                            f"not pre-trained here), validation perplexity {ppl} on our "

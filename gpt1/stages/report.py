@@ -6,10 +6,10 @@ import logging
 from typing import Any
 
 from gpt1 import freshness, records, tracking
+from gpt1.arms import ablation_params
 from gpt1.config import Params
 from gpt1.report import document
 from gpt1.stage_table import StageRun
-from gpt1.stages.variants import ablation_params
 
 log = logging.getLogger(__name__)
 

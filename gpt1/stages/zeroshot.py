@@ -10,15 +10,14 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, names, runtime, tracking
+from gpt1 import atomic, bpe, checkpoint, hf_stand_in, names, runtime, tracking
 from gpt1 import zeroshot as zs
 from gpt1.backends import backend_of
 from gpt1.config import Params
 from gpt1.progress import progress
+from gpt1.recording import record
 from gpt1.runtime import autocast_for, resolve_precision
 from gpt1.stage_table import StageRun, resolve_pretrain_seed
-from gpt1.stages import import_hf
-from gpt1.stages.recording import record
 from gpt1.tasks import formats, load
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,7 @@ def _zeroshot(params: Params, name: str, kind: str, pretrain_seed: int | None
               ) -> dict[str, Any]:
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
-        return import_hf.not_run(params, StageRun.of(name, pretrain_seed=pretrain_seed).stem,
+        return hf_stand_in.not_run(params, StageRun.of(name, pretrain_seed=pretrain_seed).stem,
                                  zeroshot_file=predictions_path(params, kind, pretrain_seed))
     return score_checkpoints(params, name, kind, pretrain_seed)
 
