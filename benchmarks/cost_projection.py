@@ -43,13 +43,13 @@ from devices import PEAK_BF16
 from results_file import RESULTS_DIR, add_option, recording
 
 from gpt1 import names
+from gpt1.arms import ablation_params, layers_caps
 from gpt1.config import Params, ParamsError, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import GPT, count_parameters, flops_per_token
 from gpt1.pretraining import cost_projection, total_steps_for
-from gpt1.stages.variants import ablation_params, layers_caps
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository: the default params and stage records are read from it, from any folder."""

@@ -23,11 +23,11 @@ from devices import PEAK_BF16
 from results_file import add_option, recording
 
 from gpt1 import bpe
+from gpt1.arm_run import task_truncation
+from gpt1.arms import ablation_params
 from gpt1.config import load_params
 from gpt1.finetune import resolve_hparams
 from gpt1.model import flops_per_token
-from gpt1.stages.finetune import task_truncation
-from gpt1.stages.variants import ablation_params
 from gpt1.tasks import formats, load
 from gpt1.tasks.registry import TASKS
 

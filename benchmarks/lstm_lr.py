@@ -27,9 +27,8 @@ from pathlib import Path
 
 from results_file import add_option, recording
 
-from gpt1.config import load_params
+from gpt1.config import load_params, override
 from gpt1.stages import pretrain as pretrain_stages
-from gpt1.stages.variants import override
 
 
 def short_run(params, body: str, lr: float, tokens: int, out: Path) -> dict:

@@ -309,7 +309,7 @@ class PretrainCfg(Section):
     import_hf: str | None
     """null: pre-train on the token shards. A transformers OpenAIGPTLMHeadModel directory (the
     released GPT-1 weights; or a hub name, fetched when online): train_bpe converts its
-    tokenizer and pretrain its weights instead (gpt1/stages/import_hf.py, docs/import-hf.md)."""
+    tokenizer and pretrain its weights instead (gpt1/hf_stand_in.py, docs/import-hf.md)."""
 
     def accumulation(self, world: int, micro: int | None = None) -> int:
         """Micro-batches per rank and update: batch_seqs = micro x this x `world` ranks (micro:
@@ -1041,3 +1041,11 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     return parse_params(raw, path)
+
+
+def override(params: Params, **sections: dict[str, Any]) -> Params:
+    """params with some keys of some sections replaced, validated again like a params file."""
+    raw = params.as_dict()
+    for section, values in sections.items():
+        raw[section] = {**raw[section], **values}
+    return parse_params(raw, "<override>")

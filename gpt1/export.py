@@ -44,6 +44,7 @@ from typing import Any
 from gpt1 import atomic, hf_weights, names, records
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
+from gpt1.stage_table import record_prefix
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def _scores(meta: dict[str, Any], metrics_dir: str | Path | None) -> dict[str, A
     """The model's scores from its stage's metrics file, when there is one."""
     if metrics_dir is None:
         return None
-    stem = f"finetune_{meta['task']}" if meta.get("task") else "pretrain"
+    stem = record_prefix("finetune" if meta.get("task") else "pretrain", task=meta.get("task"))
     pretrain_seed = meta.get("pretrain_seed")  # that pre-training run's record, else the old stem
     for name in ([names.record_stem(stem, pretrain_seed)] if pretrain_seed is not None
                  else []) + [stem]:

@@ -1,4 +1,4 @@
-"""Table 5's bag-of-words floor: TF-IDF over word uni+bigrams and logistic regression.
+"""Table 5's bag-of-words floor, the model: TF-IDF over word uni+bigrams and logistic regression.
 
 A linear model on word counts is the floor a fine-tuned network has to clear before its score
 says anything about pre-training. Per fine-tuning seed f it trains on exactly the training
@@ -6,7 +6,8 @@ sample the neural arms of seed f train on (the same seeded subset of the pool), 
 inverse regularisation C from `ablations.floor.c_grid` by stratified k-fold cross-validation
 on that sample only (accuracy; ties to the smaller C, the stronger regulariser), refits on the
 whole sample and scores the task's test split, writing the same per-example prediction files
-and record as every arm (the report's bootstrap and flags read them). No pre-training seed:
+as every arm (the report's bootstrap and flags read them; its record and samples are
+gpt1/arm_run.py's `floor_record`, the arms' training samples). No pre-training seed:
 one run per fine-tuning seed. A pair task's second text enters as its own words (prefixed),
 so the model sees which text a word came from. Classification tasks only (a
 regression or multiple-choice task of ablations.tasks records that it does not apply).
@@ -18,7 +19,7 @@ scores stay gpt1/scoring.py's.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,10 @@ import numpy as np
 import pandas as pd
 
 from gpt1 import atomic
-from gpt1.config import FloorCfg, Params
+from gpt1.config import FloorCfg
 from gpt1.errors import Gpt1Error
-from gpt1.finetune import resolve_hparams, train_subset_seed
 from gpt1.scoring import aggregate, baselines, score_split
-from gpt1.tasks import load
-from gpt1.tasks.registry import TASKS, TaskSpec
+from gpt1.tasks.registry import TaskSpec
 
 VARIANT = "bow"
 """The floor's variant name in records and Table 5 (report.row_labels)."""
@@ -143,52 +142,3 @@ def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame]
             "baselines": baselines(spec, first["label"].to_numpy(dtype=np.int64), y_test,
                                    np.full(len(test), spec.n_outputs), list(test["group"])),
             "seeds": runs, "n_train": len(first), "n_eval": len(test)}
-
-
-def run(params: Params, task: str, out: str = "", held_out: Collection[str] = ()
-        ) -> dict[str, Any]:
-    """The floor on one task: every fine-tuning seed's training sample (as the neural arms
-    draw it, outside the rows whose id is in `held_out`) and the task's test split (capped as
-    theirs), written under <paths.finetuned>/<out> (default bow/<task>); returns the stage's
-    record."""
-    if task not in params.ablations.tasks or task not in TASKS:
-        raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
-    spec, out_dir = TASKS[task], Path(params.paths.finetuned) / (out or f"{VARIANT}/{task}")
-    if spec.regression or spec.fmt == "choice":  # a record, so the stage's outputs exist
-        why = {"task": task, "variant": VARIANT, "not_run": "the bag-of-words floor is a "
-               f"classifier; {task} is a {'regression' if spec.regression else 'choice'} task"}
-        atomic.write_json(out_dir / "not_run.json", why)
-        return why
-    hp = resolve_hparams(params, spec.name)
-    tables = load.read_tables(Path(params.paths.tasks) / spec.name)
-    test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)
-    pool = load.without_ids(tables["train"], held_out)
-    trains = {f: load.cap_table(pool, hp.max_train_examples,
-                                train_subset_seed(hp.data_seed, f)) for f in hp.seeds}
-    result = fit_and_score(spec, params.ablations.floor, trains, test, out_dir)
-    n_pool, n_test = len(pool), len(tables["test"])
-    held = len(tables["train"]) - n_pool
-    outside = f" outside the pilot's split of {held}" if held else ""
-    sampled = (f" (seeded random {len(test)} of {n_test})" if len(test) < n_test
-               else f" (all {n_test})")
-    cfg = params.ablations.floor
-    return {
-        "task": spec.name, "variant": VARIANT, "metric": spec.metric,
-        "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {"test": [str(out_dir / f"predictions_seed{f}.parquet")
-                                 for f in hp.seeds]},
-        "train_ids": [str(out_dir / f"train_ids_seed{f}.parquet") for f in hp.seeds],
-        "eval_split": f"test = {spec.sources['test']}{sampled}; C chosen by "
-                      f"{cfg.cv_folds}-fold CV on the training sample",
-        "scored_on": f"{spec.sources['test']}{sampled}", "origins": dict(spec.origins),
-        "missing_scores": spec.missing_scores,
-        "train_split": f"{spec.sources['train']} (seeded random {result['n_train']} of "
-                       f"{n_pool}{outside} per fine-tuning seed, the neural arms' samples)",
-        "n_train": result["n_train"], "n_dev": 0, "n_eval": result["n_eval"],
-        "init": "none", "body": VARIANT, "select": "final",
-        "seeds": list(hp.seeds), "chosen_c": [r["C"] for r in result["seeds"]],
-        "cv_accuracy": [r["cv_accuracy"] for r in result["seeds"]],
-        "model": f"TF-IDF word 1..{cfg.ngram_max}-grams (sublinear tf, min_df {cfg.min_df}) + "
-                 f"logistic regression, C in {list(cfg.c_grid)} by {cfg.cv_folds}-fold CV",
-        "seconds": [r["seconds"] for r in result["seeds"]],
-    }

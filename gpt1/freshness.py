@@ -27,6 +27,7 @@ from gpt1 import names
 from gpt1.config import Params, parse_params, read_yaml
 from gpt1.errors import Gpt1Error
 from gpt1.repo import repo_root
+from gpt1.stage_table import runs_of
 
 Records = Mapping[str, Mapping[str, Any]]
 """Record stem -> record (gpt1.records.Metrics)."""
@@ -74,32 +75,9 @@ def stage_hash(params: Params, stage: str, root: Path | None = None) -> str:
 
 
 def stage_addresses(params: Params) -> dict[str, str]:
-    """Record stem -> DVC stage address (`finetune@sst2-1234`), for every stage the params
-    define (as dvc.yaml's foreach and matrix lists expand them; tests/unit/test_freshness.py
-    checks it against DVC's own)."""
-    seeds, abl, curves = params.pretrain.seeds, params.ablations, params.curves
-    out = {name: name for name in ("download_corpus", "clean_corpus", "check_corpus",
-                                   "train_bpe", "shard_corpus")}
-    for p in seeds:
-        stem = functools.partial(names.record_stem, pretrain_seed=p)
-        out |= {stem(s): f"{s}@{p}" for s in ("pretrain", "pretrain_lstm", "zeroshot",
-                                               "zeroshot_lstm")}
-        out |= {stem(f"finetune_{t}"): f"finetune@{t}-{p}" for t in params.finetune.tasks}
-        out |= {stem(f"finetune_{v}_{t}"): f"ablation@{v}-{t}-{p}"
-                for v in abl.variants for t in abl.tasks}
-        out |= {stem(f"layers_{t}_{k}"): f"transfer_layers@{t}-{k}-{p}"
-                for t in params.layers.tasks for k in params.layers.layers_transferred}
-        out |= {stem(f"curve_n_{t}_{n}_{a}"): f"curve_n@{t}-{n}-{a}-{p}"
-                for t in curves.tasks for n in curves.ns for a in curves.arms}
-        out |= {stem(f"curve_step_{t}_{k}"): f"curve_step@{t}-{k}-{p}"
-                for t in curves.tasks for k in curves.checkpoints}
-    out |= {f"prepare_task_{t}": f"prepare_task@{t}" for t in params.finetune.tasks}
-    out |= {f"lr_pilot_{v}_{t}": f"lr_pilot@{v}-{t}" for v in abl.variants for t in abl.tasks}
-    out |= {f"lr_pilot_full_{t}": f"lr_pilot_full@{t}" for t in abl.tasks}
-    out |= {f"finetune_bow_{t}": f"floor@{t}" for t in abl.tasks}  # no pre-training seed
-    out |= {f"curve_floor_{t}_{n}": f"curve_floor@{t}-{n}" for t in curves.tasks
-            for n in curves.ns}
-    return out
+    """Record stem -> DVC stage address (`finetune@sst2-1234`), for every stage run the params
+    define that writes a record (gpt1.stage_table.runs_of)."""
+    return {run.stem: run.address for run in runs_of(params) if run.stage.stem is not None}
 
 
 def current_stems(params: Params) -> dict[str, str]:

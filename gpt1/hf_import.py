@@ -12,7 +12,7 @@ at OUT_DIR and paths.tokenizer at OUT_DIR/tokenizer, and set params `model` to t
 shape (configs/paper-finetune.yaml has openai-gpt's). docs/import-hf.md says more.
 
 The pipeline imports through the same code: with params `pretrain.import_hf` naming a
-directory, train_bpe converts its tokenizer and pretrain its weights (gpt1/stages/import_hf.py).
+directory, train_bpe converts its tokenizer and pretrain its weights (gpt1/hf_stand_in.py).
 Weights are read from safetensors only: pickled checkpoints (pytorch_model.bin) are refused.
 """
 

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
 
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
@@ -25,10 +24,10 @@ from gpt1.interrupt import StoppedError
 log = logging.getLogger(__name__)
 
 
-def launch_if_needed(name: str, params: Params, params_path: str, kwargs: dict[str, Any]
-                     ) -> bool:
-    """Run stage `name` as pretrain.nproc ranks when that is more than one and this process is
-    not a rank already (a StoppedError or Gpt1Error when they stop or fail); False when this
+def launch_if_needed(argv: list[str], params: Params, params_path: str) -> bool:
+    """Run the stage run of command line `argv` (gpt1.stage_table.StageRun.argv) as
+    pretrain.nproc ranks when that is more than one and this process is not a rank already
+    (a StoppedError or Gpt1Error when they stop or fail); False when this
     process is to run the stage itself (one process, a rank, or an import that trains nothing)."""
     if rank() is not None or params.pretrain.import_hf is not None:
         return False
@@ -36,9 +35,7 @@ def launch_if_needed(name: str, params: Params, params_path: str, kwargs: dict[s
     if nproc == 1:
         return False
     params.pretrain.accumulation(nproc)  # the batch splits over the ranks, or stop
-    stage_args = [a for k, v in kwargs.items() if v is not None
-                  for a in (f"--{k.replace('_', '-')}", str(v))]  # e.g. --pretrain-seed
-    code, signum = launch_ranks(nproc, ["--params", params_path, name, *stage_args])
+    code, signum = launch_ranks(nproc, ["--params", params_path, *argv])
     if signum is not None:
         raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "
                            "checkpoint", signum)
@@ -65,7 +62,7 @@ def ranks_to_launch(nproc: int | str, requested_device: str) -> int:
 
 def rank() -> int | None:
     """This process's rank in a launched group (torchrun's $RANK); None when it is no rank of
-    one. The one reader of the rank: the rest ask the stage context (gpt1.stages.recording)."""
+    one. The one reader of the rank: the rest ask the stage context (gpt1.recording)."""
     value = os.environ.get("RANK")
     return None if value is None else int(value)
 

@@ -38,7 +38,7 @@ OLD_CURVE_SUFFIX = "_val.json"
 @dataclass(frozen=True)
 class StageContext:
     """One stage process's context, made once by gpt1.stage_run and passed to the stage
-    function (its `context` argument; gpt1.stages.recording stamps its records from it):
+    function (its `context` argument; gpt1.recording stamps its records from it):
     every record the stage writes carries `wall_seconds` since `started` and the stage's
     `stage_hash`, and only a process that is no launched rank, or rank 0, records."""
 

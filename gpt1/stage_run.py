@@ -1,7 +1,7 @@
 """How the CLI runs one pipeline stage (gpt1/stage_table.py names its function).
 
 `run_stage` loads the params, resolves the stage's arguments (the pre-training seed
-included) and its run name (`stage_table.address`, DVC's address), holds the stage's lock
+included) and its run name (`stage_table.StageRun`: DVC's address), holds the stage's lock
 (gpt1.stage_lock), checks the device, launches pretrain.nproc ranks for a launched stage
 (gpt1.launcher), makes the stage context (gpt1.records.StageContext: run name,
 params, start time, stage hash, rank) and runs the function on it inside the stage's MLflow
@@ -18,7 +18,7 @@ from typing import Any
 from gpt1 import launcher
 from gpt1.config import Params, load_params
 from gpt1.records import StageContext
-from gpt1.stage_table import STAGES, address, stage_arguments
+from gpt1.stage_table import STAGES, StageRun, stage_arguments
 
 
 def run_stage(name: str, params_path: str, started: float | None = None,
@@ -29,15 +29,14 @@ def run_stage(name: str, params_path: str, started: float | None = None,
     stage runs under its launcher's."""
     started = time.perf_counter() if started is None else started
     params = load_params(params_path)  # fail on bad params before importing anything heavy
-    kwargs = stage_arguments(name, values or {}, params.pretrain.seeds, params.tasks.names)
-    run_name = address(name, kwargs)
+    run = StageRun.of(name, **stage_arguments(name, values or {}, params.pretrain.seeds,
+                                              params.tasks.names))
+    run_name, kwargs = run.address, run.kwargs
     if launcher.rank() is not None:
         return _run_stage(name, run_name, params, params_path, started, kwargs)
     from gpt1 import stage_lock
 
-    run = " ".join(["gpt1", name.replace("_", "-"),
-                    *(f"--{k.replace('_', '-')} {v}" for k, v in kwargs.items())])
-    with stage_lock.held(run, params):
+    with stage_lock.held(run.lock_name, params):
         # the first line, before torch and mlflow load; on stdout: stderr stays the one line
         # of a failure (a rank launched by the stage prints none: its launcher did)
         print(f"gpt1 {run_name}: started ({params_path})", flush=True)
@@ -54,7 +53,8 @@ def _run_stage(name: str, run_name: str, params: Params, params_path: str,
         from gpt1 import runtime
 
         runtime.check_device(params.device)  # `device: cuda` without a usable GPU: stop now
-    if stage.launched and launcher.launch_if_needed(name, params, params_path, kwargs):
+    if stage.launched and launcher.launch_if_needed(StageRun.of(name, **kwargs).argv, params,
+                                                    params_path):
         return None  # the ranks ran the stage
     context = StageContext.of(name, run_name, params, started, launcher.rank())
     fn: Callable[..., Any] = getattr(importlib.import_module(stage.module), stage.attribute)

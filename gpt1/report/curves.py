@@ -32,6 +32,7 @@ from gpt1.report.contrasts import (
 from gpt1.report.estimates import component
 from gpt1.report.figure2 import scored_key
 from gpt1.report.runs import RunKey, record_runs
+from gpt1.stage_table import record_prefix
 
 FLOOR_ARM = "bow"
 """The floor's line of the labelled-data curve (gpt1.floor.VARIANT)."""
@@ -110,8 +111,8 @@ def label_curve(params: Params, metrics: Metrics, task: str) -> dict[str, list[P
     out: dict[str, list[Point]] = {}
     for arm in (*params.curves.arms, FLOOR_ARM):
         for n in params.curves.ns:
-            prefix = (f"curve_floor_{task}_{n}" if arm == FLOOR_ARM
-                      else f"curve_n_{task}_{n}_{arm}")
+            prefix = (record_prefix("curve_floor", task=task, n=n) if arm == FLOOR_ARM
+                      else record_prefix("curve_n", task=task, n=n, arm=arm))
             point = _point(params, task, n, _stem_records(metrics, prefix))
             if point is not None:
                 out.setdefault(arm, []).append(point)
@@ -124,7 +125,7 @@ def compute_records(params: Params, metrics: Metrics, task: str
     curves.checkpoints that has records, in step order."""
     out = []
     for k in params.curves.checkpoints:
-        recs = _stem_records(metrics, f"curve_step_{task}_{k}")
+        recs = _stem_records(metrics, record_prefix("curve_step", task=task, checkpoint=k))
         if recs and all("pretrain_step" in m for m in recs):
             out.append((int(recs[0]["pretrain_step"]), recs))
     return sorted(out, key=lambda p: p[0])

@@ -31,6 +31,7 @@ from gpt1.report.pilots import pilot_section
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.runs import first_run, split_origins, variant_results
 from gpt1.report.tables import render_ablations, render_custom, render_table
+from gpt1.stage_table import record_prefix
 from gpt1.tasks.registry import TASKS
 
 
@@ -38,7 +39,8 @@ def _splits_section(metrics: Metrics) -> list[str]:
     lines = ["| metrics file | evaluated on | n_train | n_eval | config hash |",
              "|---|---|---:|---:|---|"]
     for stem, m in sorted(metrics.items()):
-        full = first_run(metrics, f"finetune_{m.get('task')}", task=m.get("task"),
+        full = first_run(metrics, record_prefix("finetune", task=m.get("task")),
+                         task=m.get("task"),
                          variant="full")
         same = (full or {}).get("eval_split")
         variant = m.get("variant", "full")
@@ -166,7 +168,7 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
     cap = ("all training examples" if ft.max_train_examples is None else
            f"training sets sampled to at most {ft.max_train_examples:,} examples per task "
            f"(seeded; per-task caps: {over or 'none'})")
-    # pretrain.import_hf (gpt1/stages/import_hf.py)
+    # pretrain.import_hf (gpt1/hf_stand_in.py)
     src = (pre.get("imported_from") or {}).get("source")
     pretraining, books = ((f"OpenAI's released weights imported from `{src}` (gpt1 import-hf; "
                            f"not pre-trained here), validation perplexity {ppl} on our "
@@ -409,7 +411,7 @@ def headline(params: Params, metrics: Metrics) -> dict[str, Any]:
     full = variant_results(current, "full")  # pooled over pre-training seeds
     scores = {}
     for task in params.finetune.tasks:
-        record = full.get(task) or current.get(f"finetune_{task}")
+        record = full.get(task) or current.get(record_prefix("finetune", task=task))
         if record is None:
             continue
         value = record["scores"].get(TASKS[task].metric, {}).get("mean")

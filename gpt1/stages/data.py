@@ -12,10 +12,11 @@ from gpt1 import atomic, bpe, hf_import, tracking
 from gpt1.config import Params
 from gpt1.data import checks, clean, read_parquet_artifact, shards, sources
 from gpt1.errors import Gpt1Error
+from gpt1.recording import record, record_in_own_run
 from gpt1.records import StageContext
-from gpt1.stages.recording import record, record_in_own_run
+from gpt1.stage_table import StageRun
 from gpt1.tasks import load
-from gpt1.tasks.registry import TASKS, TaskSpec
+from gpt1.tasks.registry import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,9 @@ def data_docs(params: Params, *, context: StageContext | None = None) -> dict[st
 def train_bpe(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Learn the BPE vocabulary on the cleaned corpus (spec §1, 5)."""
     if params.pretrain.import_hf is not None:  # convert the checkpoint's tokenizer instead
-        from gpt1.stages import import_hf  # torch: only on this path
+        from gpt1 import hf_stand_in  # torch: only on this path
 
-        return import_hf.train_bpe(params, context=context)
+        return hf_stand_in.train_bpe(params, context=context)
     texts = _read_corpus(params)["text"].tolist()
     start = time.perf_counter()
     tok = bpe.train_bpe(texts, params.bpe, params.paths.tokenizer)
@@ -126,21 +127,15 @@ def shard_corpus(params: Params, *, context: StageContext | None = None) -> dict
     return metrics
 
 
-def task_spec(params: Params, task: str) -> TaskSpec:
-    """The registry row of `task`, one of finetune.tasks (else a Gpt1Error naming them)."""
-    if task not in params.finetune.tasks or task not in TASKS:
-        raise Gpt1Error(f"unknown task {task!r}; finetune.tasks = {list(params.finetune.tasks)}")
-    return TASKS[task]
-
-
 def prepare_task(params: Params, task: str, *, context: StageContext | None = None
                  ) -> dict[str, Any]:
     """Mirror (or hub) files -> validated canonical train/dev/test tables of one task."""
-    spec = task_spec(params, task)
+    spec = load.task_spec(params, task)
     mirror = params.paths.mirror_dir
     tables = load.load_task(spec, params.tasks, mirror)
     docs = Path(params.paths.data_docs) / "tasks" / task
-    with tracking.start_run(f"prepare_task_{task}", params):
+    stem = StageRun.of("prepare_task", task=task).stem
+    with tracking.start_run(stem, params):
         report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
                                       if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")
@@ -151,7 +146,7 @@ def prepare_task(params: Params, task: str, *, context: StageContext | None = No
                    "source": "custom" if spec.custom else "mirror" if mirror else "hub",
                    "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
                    "checks_passed": all(r["success"] for r in report.values())}
-        record(params, f"prepare_task_{task}", metrics, ("rows",), context=context)
+        record(params, stem, metrics, ("rows",), context=context)
     log.info("%s: %s", task, metrics["rows"])
     return metrics
 

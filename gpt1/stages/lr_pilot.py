@@ -8,15 +8,14 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, names, tracking
-from gpt1.config import FULL_ARM, Params
+from gpt1 import atomic, tracking
+from gpt1.arm_run import run_arm
+from gpt1.arms import ablation_params, arm_body, pilot_run, pilot_split
+from gpt1.config import FULL_ARM, Params, override
 from gpt1.errors import Gpt1Error
-from gpt1.finetune import pilot_key, resolve_hparams, train_subset_seed
+from gpt1.finetune import pilot_key, resolve_hparams
+from gpt1.recording import record, record_in_own_run
 from gpt1.records import StageContext
-from gpt1.stages.data import task_spec
-from gpt1.stages.finetune import finetune_variant
-from gpt1.stages.recording import record, record_in_own_run
-from gpt1.stages.variants import ablation_params, override
 from gpt1.tasks import load
 from gpt1.tasks.registry import TaskSpec
 
@@ -26,38 +25,6 @@ PAPER_RECIPE = "paper recipe"
 def config_key(lr: float, warmup: float) -> str:
     """A pilot configuration's name in the record (`dev_scores`' keys)."""
     return f"lr {lr:g}, warm-up {warmup:g}"
-
-
-def pilot_split(params: Params, variant: str, task: str, pool: pd.DataFrame
-                ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """(the pilot's training sample, its carved split, the split in words). The training sample
-    is the arm's fine-tuning sample at the pilot seed; the split is ablations.pilot.dev_examples
-    rows of the pool outside every fine-tuning seed's sample (so it is neither trained on by a
-    confirmatory run nor a scored split). A task fine-tuned on its whole pool leaves no such
-    row: the split is then carved from the pool and the pilot trains on the rest (said so)."""
-    cfg = params.ablations.pilot
-    hp = resolve_hparams(ablation_params(params, variant), task)
-    if hp.max_train_examples is None or hp.max_train_examples >= len(pool):  # the whole pool
-        if len(pool) < 2 * cfg.dev_examples:
-            raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "
-                            f"ablations.pilot.dev_examples={cfg.dev_examples} from it")
-        train, dev = load.carve(pool, cfg.dev_examples, cfg.seed)
-        return train, dev, (f"{len(dev)} examples carved (seed {cfg.seed}) from the "
-                            f"{len(pool)}-example training pool; trained on the rest (the task "
-                            "fine-tunes on its whole pool, so confirmatory runs train on them)")
-    samples = {f: load.cap_table(pool, hp.max_train_examples, train_subset_seed(hp.data_seed, f))
-               for f in {*hp.seeds, cfg.seed}}
-    taken = set().union(*(set(t["id"]) for t in samples.values()))
-    rest = pool[~pool["id"].isin(taken)].reset_index(drop=True)
-    if len(rest) < cfg.dev_examples:
-        raise Gpt1Error(f"{task}: only {len(rest)} of {len(pool)} training-pool rows lie outside "
-                        f"the fine-tuning samples; ablations.pilot.dev_examples="
-                        f"{cfg.dev_examples} cannot be carved from them")
-    dev = load.cap_table(rest, cfg.dev_examples, cfg.seed)
-    return samples[cfg.seed], dev, (
-        f"{len(dev)} examples (seed {cfg.seed}) of the {len(pool)}-example training pool "
-        f"outside every fine-tuning seed's sample; trained on fine-tuning seed {cfg.seed}'s "
-        f"sample of {len(samples[cfg.seed])}")
 
 
 def majority_share(spec: TaskSpec, train: pd.DataFrame, dev: pd.DataFrame) -> float | None:
@@ -84,7 +51,7 @@ def lr_pilot(params: Params, task: str, variant: str, *,
              context: StageContext | None = None) -> dict[str, Any]:
     """The pilot of one arm on one task: every (lr, warm-up) of ablations.pilot's grid (the
     same for every arm) fine-tunes on the arm's fine-tuning sample and is scored on the carved
-    split (`pilot_split`); the best (one class last, then score, log-loss, the larger lr) is
+    split (gpt1.arms.pilot_split); the best (one class last, then score, log-loss, the larger lr) is
     the configuration the arm's confirmatory runs use. The fine-tuning recipe (finetune.lr and
     warmup_frac) is scored too, as its own row, never chosen. Runs on the first pre-training
     seed; no scored split is touched."""
@@ -93,9 +60,9 @@ def lr_pilot(params: Params, task: str, variant: str, *,
     if variant not in (*abl.variants, FULL_ARM) or task not in abl.tasks:
         raise Gpt1Error(f"{variant!r} / {task!r}: not in ablations.variants "
                         f"{list(abl.variants)} (or full) x ablations.tasks {list(abl.tasks)}")
-    spec, pretrain_seed = task_spec(params, task), params.pretrain.seeds[0]
+    spec, pretrain_seed = load.task_spec(params, task), params.pretrain.seeds[0]
     base = Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}"
-    stem = f"lr_pilot_{variant}_{task}"
+    stem = pilot_run(variant, task).stem
     if variant not in cfg.variants:  # a row the pilot does not tune runs at the recipe's lr
         why = {"variant": variant, "task": task,
                "not_piloted": "not in ablations.pilot.variants: the fine-tuning recipe's lr"}
@@ -109,7 +76,7 @@ def lr_pilot(params: Params, task: str, variant: str, *,
     recipe = resolve_hparams(ablation_params(params, variant), task)
     grid = [(lr, w) for lr in cfg.lr_grid for w in cfg.warmup_grid]
     keys, scores, losses, accuracy = {}, {}, {}, {}
-    kind = names.TRANSFORMER if variant == FULL_ARM else abl.presets[variant].body
+    kind = arm_body(params, variant)
     for lr, w in dict.fromkeys([*grid, (recipe.lr, params.finetune.warmup_frac)]):
         run = ablation_params(params, variant, lr, w)
         run = override(run, finetune={"seeds": [cfg.seed], "select": "final"},
@@ -119,8 +86,8 @@ def lr_pilot(params: Params, task: str, variant: str, *,
         with tracking.child_scope(f"lr={lr:g},warmup={w:g}", run,
                                   {"gpt1.lr_candidate": f"{lr:g}",
                                    "gpt1.warmup_candidate": f"{w:g}"}):
-            m = finetune_variant(run, task, variant, kind, pretrain_seed, out=name,
-                                 stem=name, context=context)
+            m = run_arm(run, task, variant, kind, pretrain_seed, out=name, stem=name,
+                        context=context)
         frame = pd.read_parquet(m["predictions"]["test"][0])
         pred = frame["prediction"].to_numpy()
         accuracy[(lr, w)] = pilot_accuracy(spec, frame, dev)

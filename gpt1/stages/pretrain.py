@@ -1,5 +1,5 @@
 """The pre-training stages: the Transformer LM and the LSTM baseline, one run per pre-training
-seed, with the same loop and data (under pretrain.import_hf: gpt1/stages/import_hf.py)."""
+seed, with the same loop and data (under pretrain.import_hf: gpt1/hf_stand_in.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,34 @@ from typing import Any
 
 import torch
 
-from gpt1 import bpe, checkpoint, names, networks, pretraining, records, tracking
+from gpt1 import (
+    bpe,
+    checkpoint,
+    hf_stand_in,
+    logged_models,
+    names,
+    networks,
+    pretraining,
+    records,
+    tracking,
+)
 from gpt1.backends import backend_of
-from gpt1.config import Params
+from gpt1.config import Params, override
 from gpt1.data import shards
 from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
+from gpt1.recording import record
 from gpt1.records import StageContext
-from gpt1.stage_table import resolve_pretrain_seed
-from gpt1.stages import import_hf, logged_models
-from gpt1.stages.recording import record
-from gpt1.stages.variants import lm_params
+from gpt1.stage_table import StageRun, resolve_pretrain_seed
+
+
+def lm_params(params: Params, kind: str) -> Params:
+    """The params a `kind` (transformer | lstm) pre-training run trains with: for the LSTM its
+    own peak lr, lstm.lr_max, where set (null: pretrain.lr_max); params otherwise. The run's
+    seed is its pre-training seed, handed to the loop apart (gpt1.pretraining.pretrain)."""
+    if kind != "lstm" or params.lstm.lr_max is None:
+        return params
+    return override(params, pretrain={"lr_max": params.lstm.lr_max})
 
 
 def pretrain(params: Params, pretrain_seed: int | None = None, *,
@@ -38,10 +55,10 @@ def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None,
               context: StageContext | None) -> dict[str, Any]:
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     run_dir = str(checkpoint.pretrain_dir(params, kind, pretrain_seed))
-    stage = names.record_stem(name, pretrain_seed)
-    if params.pretrain.import_hf is not None:  # import instead (gpt1/stages/import_hf.py)
-        return import_hf.pretrain(params, stage, kind, pretrain_seed, Path(run_dir),
-                                 context=context)
+    stage = StageRun.of(name, pretrain_seed=pretrain_seed).stem
+    if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stand_in.py)
+        return hf_stand_in.pretrain(params, stage, kind, pretrain_seed, Path(run_dir),
+                                    context=context)
     record_params, params = params, lm_params(params, kind)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpt1 import freshness, names, records, tracking
+from gpt1 import freshness, records, tracking
+from gpt1.arms import ablation_params
 from gpt1.config import Params
 from gpt1.records import StageContext
 from gpt1.report import document
-from gpt1.stages.variants import ablation_params
+from gpt1.stage_table import StageRun
 
 log = logging.getLogger(__name__)
 
@@ -18,8 +19,9 @@ def report(params: Params, *, context: StageContext | None = None) -> dict[str, 
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
     # the current stages' records only: another config's leftovers are not this run's
     metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))
-    expected = {names.record_stem(f"finetune_{v}_{t}", p): ablation_params(
-                    params, v, lr=metrics.get(f"lr_pilot_{v}_{t}", {}).get("chosen_lr")).digest()
+    expected = {StageRun.of("ablation", variant=v, task=t, pretrain_seed=p).stem:
+                ablation_params(params, v, lr=metrics.get(StageRun.of(
+                    "lr_pilot", variant=v, task=t).stem, {}).get("chosen_lr")).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks
                 for p in params.pretrain.seeds}
     paths = document.write_outputs(params, metrics, expected)

@@ -10,16 +10,15 @@ from typing import Any
 
 import pandas as pd
 
-from gpt1 import atomic, bpe, checkpoint, names, runtime, tracking
+from gpt1 import atomic, bpe, checkpoint, hf_stand_in, names, runtime, tracking
 from gpt1 import zeroshot as zs
 from gpt1.backends import backend_of
 from gpt1.config import Params
 from gpt1.progress import progress
+from gpt1.recording import record
 from gpt1.records import StageContext
 from gpt1.runtime import autocast_for, resolve_precision
-from gpt1.stage_table import resolve_pretrain_seed
-from gpt1.stages import import_hf
-from gpt1.stages.recording import record
+from gpt1.stage_table import StageRun, resolve_pretrain_seed
 from gpt1.tasks import formats, load
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,7 @@ def score_checkpoints(params: Params, name: str, kind: str, pretrain_seed: int, 
     <name>_p<pretrain_seed>. Every checkpoint and run is scored on the same examples (seeded
     by params.seed)."""
     run_dir = checkpoint.pretrain_dir(params, kind, pretrain_seed)
-    stage, model_name = names.record_stem(name, pretrain_seed), names.body(kind)
+    stage, model_name = StageRun.of(name, pretrain_seed=pretrain_seed).stem, names.body(kind)
     checkpoint.check_model_shape(run_dir, params)
     cfg = params.zeroshot
     tok = bpe.load_bpe(params.paths.tokenizer)
@@ -102,8 +101,8 @@ def _zeroshot(params: Params, name: str, kind: str, pretrain_seed: int | None,
               context: StageContext | None) -> dict[str, Any]:
     pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
     if params.pretrain.import_hf is not None:  # no intermediate checkpoints to score
-        return import_hf.not_run(params, names.record_stem(name, pretrain_seed),
-                                 zeroshot_file=predictions_path(params, kind, pretrain_seed),
-                                 context=context)
+        return hf_stand_in.not_run(params, StageRun.of(name, pretrain_seed=pretrain_seed).stem,
+                                   zeroshot_file=predictions_path(params, kind, pretrain_seed),
+                                   context=context)
     return score_checkpoints(params, name, kind, pretrain_seed, context=context)
 

@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 from gpt1 import atomic
-from gpt1.config import TasksCfg
+from gpt1.config import Params, TasksCfg
 from gpt1.data import read_parquet_artifact
 from gpt1.errors import Gpt1Error
 from gpt1.tasks.custom import read_custom
 from gpt1.tasks.gate import check_task_tables
 from gpt1.tasks.mirror_formats import Row, read_rows, row
-from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TaskSpec
+from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TASKS, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -258,3 +258,10 @@ def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path,
         where = file if file.startswith("hub:") else Path(base) / file
         raise Gpt1Error(f"line {line}: {problem}", where)
     return report
+
+
+def task_spec(params: Params, task: str) -> TaskSpec:
+    """The registry row of `task`, one of finetune.tasks (else a Gpt1Error naming them)."""
+    if task not in params.finetune.tasks or task not in TASKS:
+        raise Gpt1Error(f"unknown task {task!r}; finetune.tasks = {list(params.finetune.tasks)}")
+    return TASKS[task]

@@ -53,7 +53,7 @@ def recording() -> Iterator[tuple[set[str], set[str]]]:
     """Yield (keys read, keys tested for membership) while the block runs: each field of the
     params, or of a section reached from them, read by attribute; `item in params.<key>` of a
     list field is a membership test, any other use of it a read. Validation (a Params built from a
-    mapping, as gpt1.stages.variants.override does) reads nothing: it checks values, it uses
+    mapping, as gpt1.config.override does) reads nothing: it checks values, it uses
     none."""
     reads: set[str] = set()
     members: set[str] = set()

@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 import torch
 
+from gpt1.arm_run import task_truncation
 from gpt1.config import load_params
 from gpt1.finetune import body_factory, finetune_task, resolve_hparams
 from gpt1.lstm import LSTMLM
 from gpt1.model import GPT
 from gpt1.optim import lr_at
-from gpt1.stages.finetune import task_truncation
 from gpt1.tasks.formats import Specials, encode_table, layout
 from gpt1.tasks.registry import TASKS
 from tests.helpers.repo import REPO

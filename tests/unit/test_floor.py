@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpt1 import floor, records
+from gpt1 import arm_run, floor, records
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
 from gpt1.report import tables
@@ -53,7 +53,7 @@ def test_c_is_chosen_by_cross_validation_on_the_training_sample(tiny_params) -> 
 
 def _write_arm(params, task: str, variant: str, predict, seeds: list[int],
                pretrain_seed: int) -> None:
-    """A neural arm's record + prediction files (as finetune_variant writes them)."""
+    """A neural arm's record + prediction files (as arm_run.run_arm writes them)."""
     test = load.read_tables(Path(params.paths.tasks) / task)["test"]
     out = Path(params.paths.finetuned) / f"p{pretrain_seed}" / variant / task
     out.mkdir(parents=True)
@@ -110,7 +110,7 @@ def test_floor_stage_row_and_which_arms_clear_it(make_params) -> None:
 def test_floor_refuses_a_task_outside_ablations_and_skips_a_regression_task(make_params) -> None:
     params = make_params({"ablations": {"tasks": ["sst2", "stsb"]}})
     with pytest.raises(Gpt1Error, match="not in ablations.tasks"):
-        floor.run(params, "rte")
+        arm_run.floor_record(params, "rte")
     rec = finetune_stages.floor_stage(params, "stsb")  # recorded as not run: outputs exist
     assert "regression" in rec["not_run"] and "scores" not in rec
     assert (Path(params.paths.finetuned) / "bow" / "stsb" / "not_run.json").is_file()

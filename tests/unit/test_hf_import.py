@@ -216,8 +216,8 @@ def test_out_dir_holding_files_is_refused(make_params, tmp_path, hf_dir, capsys)
 def test_pipeline_import_refuses_params_of_another_shape(make_params, tmp_path, hf_dir):
     """Under pretrain.import_hf the preset must describe the checkpoint: a mismatch stops
     train_bpe before it writes, naming the key to set."""
+    from gpt1 import hf_stand_in as import_hf
     from gpt1.errors import Gpt1Error
-    from gpt1.stages import import_hf
 
     n_merges = len((hf_dir / "merges.txt").read_text().splitlines()) - 1
     params = make_params({"pretrain": {"import_hf": str(hf_dir)},

@@ -176,10 +176,14 @@ def layer_count(graph: Mapping[str, set[str]]) -> int:
 # without ALLOWED_UPWARD: 50 units, 229 edges, 15 layers before the stage table and the
 # gpt1/stages/ package (commit 8443507); 49, 209 and 12 with them; 225 and 12 once
 # gpt1/names.py (the one vocabulary), gpt1/repo.py (the one git helper), zero1.py and
-# report/pilots.py joined; 226 with gpt1/graphs.py (CUDA graphs, imported by pretraining
-# only). A ceiling, so it only drops.
-MAX_UNIT_EDGES = 226
-MAX_UNIT_LAYERS = 12
+# report/pilots.py joined; 230 once the stage table became the one name-giver of a run
+# (the records' readers, freshness, report and export, ask it for stems); 278 in 13 once the
+# arms' rules, the arm runner, the record path, the registered models and the import-hf path
+# left gpt1/stages/ (one unit, whose stage modules imported each other 23 times) for modules
+# of their own, so that no stage module imports another; 279 with gpt1/graphs.py
+# (CUDA graphs, imported by pretraining only). A ceiling, so it only drops.
+MAX_UNIT_EDGES = 279
+MAX_UNIT_LAYERS = 13
 
 
 def test_the_import_graph_is_no_deeper_or_denser_than_its_ceiling() -> None:

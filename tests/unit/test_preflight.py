@@ -16,10 +16,9 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1 import networks
-from gpt1.config import Params
+from gpt1 import arms, networks
+from gpt1.config import Params, override
 from gpt1.finetune import body_factory, finetune_task, resolve_hparams
-from gpt1.stages import variants
 from gpt1.tasks.formats import Encoded
 from gpt1.tasks.registry import TASKS
 
@@ -40,7 +39,7 @@ def _memorise_set(seed: int = 0) -> Encoded:
 
 def _arm_params(params: Params, arm: str) -> tuple[Params, str]:
     """(finetune params, body kind) of one arm, as its stage derives them."""
-    arm_params = params if arm == "full" else variants.ablation_params(params, arm)
+    arm_params = params if arm == "full" else arms.ablation_params(params, arm)
     return arm_params, "transformer" if arm == "full" else params.ablations.presets[arm].body
 
 
@@ -48,9 +47,9 @@ def _fit(params: Params, arm: str, out: Path, epochs: int = EPOCHS) -> tuple[flo
     """(train accuracy, updates) of one arm trained and scored on the memorisation set."""
     arm_params, kind = _arm_params(params, arm)
     # the plain torch kernels in fp32: the same math as the fused bf16 ones, faster at this size
-    arm_params = variants.override(arm_params, model={"backend": "torch"},
+    arm_params = override(arm_params, model={"backend": "torch"},
                                    pretrain={"precision": "fp32"})
-    arm_params = variants.override(arm_params, finetune={
+    arm_params = override(arm_params, finetune={
         "lr": 1e-3, "warmup_frac": 0.1, "batch_size": BATCH, "epochs": epochs,
         "max_train_examples": None, "max_eval_examples": None, "select": "final",
         "bucket_pool_batches": 2, "seeds": [0]})

@@ -26,14 +26,14 @@ NOT_DEPS = (
     "gpt1/errors.py", "gpt1/progress.py", "gpt1/interrupt.py", "gpt1/atomic.py",
     "gpt1/__init__.py", "gpt1/repo.py",
     # MLflow: runs, metrics and registered models, none of them a DVC output
-    "gpt1/tracking/", "gpt1/stages/logged_models.py",
+    "gpt1/tracking/", "gpt1/logged_models.py",
     # the typed params: the values a stage reads are params.yaml's, which its `params:` declare
     "gpt1/config.py",
     # the stage's name and arguments: dvc.yaml's cmd passes every argument explicitly
     "gpt1/stage_table.py",
     # the record's file format and its one write path: records stay readable across format
     # changes (old records are read), and the report, which reads them, lists records.py
-    "gpt1/records.py", "gpt1/stages/recording.py",
+    "gpt1/records.py", "gpt1/recording.py",
 )
 LAUNCHER = "gpt1/launcher.py"
 """A launched stage's command starts pretrain.nproc ranks (gpt1/launcher.py) before its function

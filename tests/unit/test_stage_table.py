@@ -1,6 +1,7 @@
-"""The stage table (gpt1/stage_table.py) against dvc.yaml, and the one naming function: every
-stage DVC renders is a row, every row a dvc.yaml stage, and a run's name is DVC's address
-whether the CLI runs it (outside `dvc repro` too) or the flow schedules it."""
+"""The stage table (gpt1/stage_table.py) against dvc.yaml, and the one name-giver of a run
+(`StageRun`): every stage DVC renders is a row, every row a dvc.yaml stage; `runs_of(params)` is
+every stage DVC renders, with its record's stem; and a run's name is DVC's address whether the
+CLI runs it (outside `dvc repro` too) or the flow schedules it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,16 @@ import pytest
 import yaml
 
 import gpt1.__main__ as cli
-from gpt1 import stage_run
-from gpt1.stage_table import PRETRAIN_SEED, STAGES, address, stage_arguments, stage_of
+from gpt1 import records, stage_run
+from gpt1.config import load_params
+from gpt1.stage_table import (
+    PRETRAIN_SEED,
+    STAGES,
+    StageRun,
+    runs_of,
+    stage_arguments,
+    stage_of,
+)
 from pipelines.dag import read_plan
 from pipelines.devices import DevicePool
 
@@ -32,6 +41,9 @@ def test_every_dvc_stage_is_a_row_with_its_keys_and_function() -> None:
             keys = (PRETRAIN_SEED,) if body.get("foreach") == "${pretrain.seeds}" else (
                 stage.arguments if "foreach" in body else ())
         assert stage.address == keys, name
+        lists = (tuple(body["matrix"].values()) if "matrix" in body
+                 else (body["foreach"],) if "foreach" in body else ())
+        assert tuple(f"${{{key}}}" for key in stage.over) == lists, name
         assert set(stage.arguments) | ({PRETRAIN_SEED} if stage.seeded else set()) == set(keys) \
             or not keys, name
         cmd = body.get("do", body)["cmd"]
@@ -67,6 +79,40 @@ def test_one_function_reads_the_rank() -> None:
     assert readers == ["gpt1/launcher.py:rank"]
 
 
+def test_runs_of_params_are_dvcs_stages_with_their_records() -> None:
+    """`runs_of(params)`: every stage DVC renders from dvc.yaml and params.yaml, in its order,
+    each run's stem the record (`<stem>.info.json`) its DVC stage writes."""
+    from dvc.repo import Repo
+
+    params = load_params(REPO / "params.yaml")
+    with Repo(str(REPO)) as repo:
+        dvc = {s.name: {Path(o.fs_path).name.removesuffix(records.INFO_SUFFIX) for o in s.outs
+                        if o.fs_path.endswith(records.INFO_SUFFIX)}
+               for s in repo.index.stages}
+    runs = runs_of(params)
+    assert sorted(r.address for r in runs) == sorted(dvc)
+    assert len({r.address for r in runs}) == len(runs)
+    for run in runs:
+        assert dvc[run.address] == ({run.stem} if run.stage.stem is not None else set()), run
+    assert [r.stage.name for r in runs] == sorted((r.stage.name for r in runs),
+                                                  key=list(STAGES).index)
+
+
+def test_a_run_gives_every_name_from_one_place() -> None:
+    run = StageRun.of("ablation", variant="scratch", task="sst2", pretrain_seed=1235)
+    assert run.address == "ablation@scratch-sst2-1235"
+    assert run.stem == "finetune_scratch_sst2_p1235"  # committed records keep their stems
+    assert run.argv == ["ablation", "--task", "sst2", "--variant", "scratch",
+                        "--pretrain-seed", "1235"]
+    assert run.lock_name == "gpt1 ablation --task sst2 --variant scratch --pretrain-seed 1235"
+    assert StageRun.of("lr_pilot_full", task="rte").stem == "lr_pilot_full_rte"
+    assert StageRun.of("floor", task="rte").stem == "finetune_bow_rte"
+    assert StageRun.of("pretrain_lstm", pretrain_seed=7).stem == "pretrain_lstm_p7"
+    assert StageRun.of("report").argv == ["report"]
+    with pytest.raises(ValueError, match="takes"):
+        StageRun.of("finetune", task="rte")  # a seeded stage's run names its seed
+
+
 def _plan_and_commands() -> tuple[list[str], dict[str, str]]:
     from dvc.repo import Repo
 
@@ -89,8 +135,10 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     for name in plan:
         argv = shlex.split(commands[name])[3:]  # after `python -m gpt1`
         args = parser.parse_args(argv)
-        kwargs = stage_arguments(args.command, vars(args), seeds, params.tasks.names)
-        assert address(args.command, kwargs) == name
+        run = StageRun.of(args.command, **stage_arguments(args.command, vars(args), seeds,
+                                                          params.tasks.names))
+        assert run.address == name
+        assert run.argv == argv, name  # the command the launcher re-runs for each rank
         assert stage_of(name).name == args.command
         families.add(args.command)
     assert families == set(STAGES)

@@ -463,7 +463,7 @@ def test_a_stage_record_carries_its_wall_time_from_the_stage_context(make_params
     import time
 
     from gpt1.records import StageContext
-    from gpt1.stages.recording import record
+    from gpt1.recording import record
 
     params = make_params({})
     record(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))  # no stage context

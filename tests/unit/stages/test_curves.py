@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpt1 import bpe, checkpoint, names, networks
+from gpt1 import arms, bpe, checkpoint, names, networks
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.errors import Gpt1Error
@@ -94,7 +94,7 @@ def test_no_curve_point_trains_on_the_rows_the_pilot_scored(curve_run) -> None:
     params, metrics = curve_run
     scored = Path(params.paths.finetuned) / "lr_pilot" / "scratch_sst2" / "tables" / "sst2"
     pilot = set(pd.read_parquet(scored / "test.parquet")["id"])
-    assert pilot and curves.pilot_rows(params, "sst2")[0] == pilot
+    assert pilot and arms.pilot_rows(params, "sst2")[0] == pilot
     stems = [*(f"curve_n_sst2_{n}_{a}_p1234" for n in params.curves.ns for a in params.curves.arms),
              *(f"curve_floor_sst2_{n}" for n in params.curves.ns),
              *(f"curve_step_sst2_{k}_p1234" for k in params.curves.checkpoints)]
@@ -108,10 +108,10 @@ def test_no_curve_point_trains_on_the_rows_the_pilot_scored(curve_run) -> None:
 
 
 def test_a_curve_n_larger_than_the_pool_outside_the_pilot_split_is_refused(curve_run) -> None:
-    from gpt1.stages.variants import override
+    from gpt1.config import override
 
     params = curve_run[0]
-    held, size = curves.pilot_rows(params, "sst2")
+    held, size = arms.pilot_rows(params, "sst2")
     too_many = size - len(held) + 1
     wide = override(params, curves={"ns": [*params.curves.ns, too_many]})
     words = (f"curves.ns asks for {too_many} training examples of sst2, but only "
@@ -167,7 +167,7 @@ def test_a_point_outside_the_params_is_refused(curve_run) -> None:
 
 def test_the_compute_curve_records_why_it_does_not_run_on_imported_weights(
         curve_run, tmp_path: Path) -> None:
-    from gpt1.stages.variants import override
+    from gpt1.config import override
 
     params = override(curve_run[0], pretrain={"import_hf": "models/openai-gpt"},
                       paths={"metrics": str(tmp_path / "metrics"),

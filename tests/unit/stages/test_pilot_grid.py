@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpt1.config import Params, load_params
+from gpt1 import arms
+from gpt1.config import Params, load_params, override
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
 from gpt1.report.pilots import CLEARS, FAILS, gate
 from gpt1.stages import lr_pilot as lr_pilot_stages
-from gpt1.stages import variants
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS
 from tests.helpers.repo import REPO
@@ -65,7 +65,7 @@ def pilot_params(make_params, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return {"predictions": {"test": [str(path)]}, "scores": {"acc": {"mean": acc}},
                 "log_loss": [1.0 - hp.warmup_frac]}
 
-    monkeypatch.setattr(lr_pilot_stages, "finetune_variant", fake_finetune)
+    monkeypatch.setattr(lr_pilot_stages, "run_arm", fake_finetune)
     return params, pool, calls
 
 
@@ -87,8 +87,8 @@ def test_every_arm_is_piloted_over_the_same_grid_and_its_runs_use_the_choice(
         assert out["paper_recipe"]["lr"] == paper[0] and not out["paper_recipe"]["in_grid"]
         assert out["chosen_score"] == out["dev_scores"]["lr 0.0005, warm-up 0.1"]
         assert out["chosen_accuracy"] == pytest.approx(1 - 3 / 30)  # its 3 wrong of 30, by id
-        assert variants.pilot_choice(params, arm, "sst2") == BEST  # read back from the record
-        confirmatory = resolve_hparams(variants.ablation_params(params, arm, *BEST), "sst2")
+        assert arms.pilot_choice(params, arm, "sst2") == BEST  # read back from the record
+        confirmatory = resolve_hparams(arms.ablation_params(params, arm, *BEST), "sst2")
         assert (confirmatory.lr, confirmatory.warmup_frac) == BEST
 
 
@@ -108,11 +108,11 @@ def test_figure_2_left_and_the_compute_curve_run_the_full_rows_choice(
         seen.append((hp.lr, hp.warmup_frac))
         return {}
 
-    monkeypatch.setattr(finetune_stages, "finetune_variant", record_hparams)
-    monkeypatch.setattr(curve_stages, "finetune_variant", record_hparams)
+    monkeypatch.setattr(finetune_stages, "run_arm", record_hparams)
+    monkeypatch.setattr(curve_stages, "run_arm", record_hparams)
     monkeypatch.setattr(curve_stages, "kept_steps", lambda params, pretrain_seed: [0, 5])
     layers = params.as_dict()["layers"]
-    run = variants.override(params, layers={**layers, "tasks": ["sst2"]},
+    run = override(params, layers={**layers, "tasks": ["sst2"]},
                             curves={"tasks": ["sst2"], "checkpoints": [0, 1], "compute_n": 20})
     finetune_stages.transfer_layers(run, "sst2", 1)
     curve_stages.curve_step(run, "sst2", 1)
@@ -121,14 +121,14 @@ def test_figure_2_left_and_the_compute_curve_run_the_full_rows_choice(
 
 def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> None:
     params, pool, _ = pilot_params
-    train, dev, words = lr_pilot_stages.pilot_split(params, "scratch", "sst2", pool)
+    train, dev, words = arms.pilot_split(params, "scratch", "sst2", pool)
     hp = resolve_hparams(params, "sst2")
     samples = [set(load.cap_table(pool, 20, train_subset_seed(hp.data_seed, f))["id"])
                for f in (0, 1)]
     assert len(dev) == 30 and not set(dev["id"]) & (samples[0] | samples[1])
     assert set(train["id"]) == samples[0]  # the pilot trains on seed 0's sample
     for arm in ARMS:  # every arm is chosen on the same split, trained on the same sample
-        other = lr_pilot_stages.pilot_split(params, arm, "sst2", pool)
+        other = arms.pilot_split(params, arm, "sst2", pool)
         assert other[0]["id"].tolist() == train["id"].tolist()
         assert other[1]["id"].tolist() == dev["id"].tolist()
     top = train["label"].value_counts().idxmax()
@@ -146,7 +146,7 @@ def test_a_pool_too_small_for_the_split_is_refused(make_params) -> None:
                           "ablations": {"tasks": ["sst2"],
                                         "pilot": {"dev_examples": 30}}})
     with pytest.raises(Gpt1Error, match="ablations.pilot.dev_examples=30 cannot be carved"):
-        lr_pilot_stages.pilot_split(params, "scratch", "sst2", _pool(100))
+        arms.pilot_split(params, "scratch", "sst2", _pool(100))
 
 
 def test_the_grid_and_its_arms_are_validated(make_params) -> None:

@@ -8,22 +8,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpt1 import stage_table
+from gpt1 import arms, stage_table
 from gpt1.__main__ import build_parser
 from gpt1.errors import Gpt1Error
 from gpt1.stage_table import STAGES
 from gpt1.stages import finetune as finetune_stages
 from gpt1.stages import lr_pilot as lr_pilot_stages
-from gpt1.stages import variants
+from gpt1.stages import pretrain as pretrain_stages
 from gpt1.stages import zeroshot as zeroshot_stages
 from tests.helpers.repo import REPO
 
 
 def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
     base = tiny_params.finetune
-    scratch = variants.ablation_params(tiny_params, "scratch")
-    no_aux = variants.ablation_params(tiny_params, "no_aux")
-    lstm = variants.ablation_params(tiny_params, "lstm")
+    scratch = arms.ablation_params(tiny_params, "scratch")
+    no_aux = arms.ablation_params(tiny_params, "no_aux")
+    lstm = arms.ablation_params(tiny_params, "lstm")
     assert scratch.finetune.init == "scratch" and scratch.finetune.lm_coef == 0.0  # the demo's λ
     assert no_aux.finetune.init == "pretrained" and no_aux.finetune.lm_coef == 0.0
     assert lstm.finetune == base.model_copy(update={"init": "pretrained"})
@@ -31,7 +31,7 @@ def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
         assert p.model_dump(exclude={"finetune"}) == tiny_params.model_dump(exclude={"finetune"})
     assert tiny_params.ablations.presets["lstm"].body == "lstm"
     with pytest.raises(Gpt1Error, match="unknown ablation variant"):
-        variants.ablation_params(tiny_params, "bogus")
+        arms.ablation_params(tiny_params, "bogus")
 
 
 def test_cli_takes_variant_and_layers() -> None:
@@ -97,20 +97,21 @@ def test_layers_study_caps_replace_finetune_caps(make_params) -> None:
     params = make_params({"layers": {"max_train_examples": 7, "max_eval_examples": None},
                           "finetune": {"overrides": {"mnli": {"max_train_examples": 99,
                                                               "lr": 1e-3}}}})
-    study = variants.layers_caps(params, "mnli")
+    study = arms.layers_caps(params, "mnli")
     assert study.finetune.max_train_examples == 7
     assert study.finetune.max_eval_examples == params.finetune.max_eval_examples
     assert study.finetune.overrides["mnli"].max_train_examples is None
     assert study.finetune.overrides["mnli"].lr == 1e-3
     off = make_params({"layers": {"max_train_examples": None, "max_eval_examples": None}})
-    assert variants.layers_caps(off, "mnli") == off
+    assert arms.layers_caps(off, "mnli") == off
 
 
 def test_the_lstm_pretrains_at_its_own_lr_where_set(make_params) -> None:
     same = make_params({"lstm": {"lr_max": None}})  # null: the Transformer's lr
-    assert variants.lm_params(same, "lstm") == same
+    assert pretrain_stages.lm_params(same, "lstm") == same
     own = make_params({"lstm": {"lr_max": 2e-3}})
-    lstm, gpt = variants.lm_params(own, "lstm"), variants.lm_params(own, "transformer")
+    lstm = pretrain_stages.lm_params(own, "lstm")
+    gpt = pretrain_stages.lm_params(own, "transformer")
     assert (lstm.pretrain.lr_max, gpt.pretrain.lr_max) == (2e-3, own.pretrain.lr_max)
     assert gpt == own  # the seed is not rewritten: the loop takes the pre-training seed apart
     assert lstm.model_dump(exclude={"pretrain"}) == own.model_dump(exclude={"pretrain"})

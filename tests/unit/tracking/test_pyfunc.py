@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1 import bpe, predict, tracking
+from gpt1 import bpe, logged_models, predict, tracking
 from gpt1.config import parse_params
 from gpt1.heads import TaskModel
 from gpt1.model import GPT
-from gpt1.stages import logged_models
 from gpt1.tasks.registry import TASKS, register_custom
 from tests.helpers.params import make_params_dict
 from tests.helpers.runs import random_texts

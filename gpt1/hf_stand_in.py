@@ -11,7 +11,7 @@ project's pre-training, so dvc.yaml keeps one graph (docs/import-hf.md says why)
   the intermediate checkpoints of Figure 2 right, which the release does not have): they do
   not run, each records why in one line and leaves its DVC outputs empty; the report says so.
 
-gpt1/stages/data.py, pretrain.py and zeroshot.py call these; the conversion itself is
+gpt1/stages/data.py, pretrain.py, zeroshot.py and curves.py call these; the conversion itself is
 gpt1/hf_import.py.
 """
 
@@ -39,9 +39,9 @@ from gpt1.config import Params
 from gpt1.data import shards
 from gpt1.data.loader import eval_windows
 from gpt1.model import GPT
+from gpt1.recording import record, record_in_own_run
 from gpt1.records import StageContext
 from gpt1.runtime import resolve_precision
-from gpt1.stages.recording import record, record_in_own_run
 
 log = logging.getLogger(__name__)
 

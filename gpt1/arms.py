@@ -1,0 +1,167 @@
+"""The arms of the fine-tuning study, as library rules: an arm is `full` (the finetune stage's
+recipe) or a Table 5 row (ablations.presets, named `variant` in params and the CLI), run at the
+(lr, warm-up) its pilot chose. One function composes an arm's params for a task (`arm_params`),
+one gives its training samples (`training_samples`), and the pilot's split and choice are read
+here; the caps of Figure 2 left and the curves too. The stages run the one fine-tuning loop on
+these params (gpt1/arm_run.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from gpt1 import names, records
+from gpt1.config import FULL_ARM, Params, override
+from gpt1.errors import Gpt1Error
+from gpt1.stage_table import StageRun
+from gpt1.tasks import load
+
+if TYPE_CHECKING:
+    from gpt1.finetune import Hparams
+
+
+def ablation_params(params: Params, variant: str, lr: float | None = None,
+                    warmup_frac: float | None = None) -> Params:
+    """The finetune params of arm `variant` at a given (lr, warm-up) (`arm_params`: at its
+    pilot's): Table 5's row ablations.presets[variant], or `full` (the
+    finetune stage's own params); `lr` replaces finetune.lr and any per-task lr, `warmup_frac`
+    finetune.warmup_frac (the configuration its pilot chose)."""
+    preset = params.ablations.presets.get(variant)
+    if preset is None and variant != FULL_ARM:
+        raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
+                        f"{list(params.ablations.presets)}")
+    values: dict[str, Any] = {}
+    if preset is not None:
+        lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
+        values.update(init=preset.init, lm_coef=lm_coef)
+    if lr is not None:
+        overrides = params.as_dict()["finetune"]["overrides"]
+        values.update(lr=lr, overrides={t: {**o, "lr": None} for t, o in overrides.items()})
+    if warmup_frac is not None:
+        values["warmup_frac"] = warmup_frac
+    return override(params, finetune=values) if values else params
+
+
+def layers_caps(params: Params, task: str) -> Params:
+    """params whose fine-tuning caps are the study's (layers.max_*), when it sets them."""
+    return with_caps(params, task, params.layers.max_train_examples,
+                     params.layers.max_eval_examples)
+
+
+def with_caps(params: Params, task: str, max_train: int | None, max_eval: int | None
+              ) -> Params:
+    """params whose fine-tuning caps on `task` are max_train / max_eval (None: unchanged),
+    replacing the task's own override of them."""
+    caps = {k: v for k, v in (("max_train_examples", max_train),
+                              ("max_eval_examples", max_eval)) if v is not None}
+    if not caps:
+        return params
+    overrides = params.as_dict()["finetune"]["overrides"]
+    if task in overrides:
+        overrides[task] = {**overrides[task], **dict.fromkeys(caps)}
+    return override(params, finetune={**caps, "overrides": overrides})
+
+
+def pilot_run(arm: str, task: str) -> StageRun:
+    """The pilot's run of `arm` on `task`: lr_pilot_full for `full`, else lr_pilot."""
+    if arm == FULL_ARM:
+        return StageRun.of("lr_pilot_full", task=task)
+    return StageRun.of("lr_pilot", task=task, variant=arm)
+
+
+def pilot_choice(params: Params, arm: str, task: str) -> tuple[float | None, float | None]:
+    """(lr, warm-up fraction) the pilot chose for `arm` on `task` (its record); (None, None)
+    where the pilot does not tune the arm on `task`."""
+    pilot = params.ablations.pilot
+    if arm not in pilot.variants or task not in params.ablations.tasks:
+        return None, None
+    run = pilot_run(arm, task)
+    record = records.read_record(params.paths.metrics, run.stem)
+    if record is None:
+        raise Gpt1Error(f"no pilot record for {arm} on {task}: run `dvc repro "
+                        f"{run.address}` first",
+                        records.record_paths(params.paths.metrics, run.stem)[0])
+    warmup = record.get("chosen_warmup")
+    return float(record["chosen_lr"]), None if warmup is None else float(warmup)
+
+
+def arm_params(params: Params, arm: str, task: str) -> Params:
+    """The finetune params `arm` runs with on `task`: its recipe (`ablation_params`) at the
+    (lr, warm-up) its pilot chose where ablations.pilot tunes it on `task`, else at the
+    recipe's."""
+    return ablation_params(params, arm, *pilot_choice(params, arm, task))
+
+
+def arm_body(params: Params, arm: str) -> str:
+    """The network body `arm` fine-tunes: the Transformer for `full`, else its preset's."""
+    return names.TRANSFORMER if arm == FULL_ARM else names.body(
+        params.ablations.presets[arm].body)
+
+
+def training_samples(pool: pd.DataFrame, hp: Hparams, seeds: Iterable[int] | None = None
+                     ) -> dict[int, pd.DataFrame]:
+    """Fine-tuning seed -> its training sample of `pool`: a seeded subset of
+    hp.max_train_examples rows (all when uncapped), its own per seed; the same for every arm
+    and the floor (default: the seeds of `hp`)."""
+    from gpt1.finetune import train_subset_seed  # torch: only where an arm trains
+
+    return {f: load.cap_table(pool, hp.max_train_examples, train_subset_seed(hp.data_seed, f))
+            for f in (hp.seeds if seeds is None else seeds)}
+
+
+def pilot_split(params: Params, arm: str, task: str, pool: pd.DataFrame
+                ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(the pilot's training sample, its carved split, the split in words). The training sample
+    is the arm's fine-tuning sample at the pilot seed; the split is ablations.pilot.dev_examples
+    rows of the pool outside every fine-tuning seed's sample (so it is neither trained on by a
+    confirmatory run nor a scored split). A task fine-tuned on its whole pool leaves no such
+    row: the split is then carved from the pool and the pilot trains on the rest (said so)."""
+    from gpt1.finetune import resolve_hparams  # torch: only where an arm trains
+
+    cfg = params.ablations.pilot
+    hp = resolve_hparams(ablation_params(params, arm), task)
+    if hp.max_train_examples is None or hp.max_train_examples >= len(pool):  # the whole pool
+        if len(pool) < 2 * cfg.dev_examples:
+            raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "
+                            f"ablations.pilot.dev_examples={cfg.dev_examples} from it")
+        train, dev = load.carve(pool, cfg.dev_examples, cfg.seed)
+        return train, dev, (f"{len(dev)} examples carved (seed {cfg.seed}) from the "
+                            f"{len(pool)}-example training pool; trained on the rest (the task "
+                            "fine-tunes on its whole pool, so confirmatory runs train on them)")
+    samples = training_samples(pool, hp, {*hp.seeds, cfg.seed})
+    taken = set().union(*(set(t["id"]) for t in samples.values()))
+    rest = pool[~pool["id"].isin(taken)].reset_index(drop=True)
+    if len(rest) < cfg.dev_examples:
+        raise Gpt1Error(f"{task}: only {len(rest)} of {len(pool)} training-pool rows lie outside "
+                        f"the fine-tuning samples; ablations.pilot.dev_examples="
+                        f"{cfg.dev_examples} cannot be carved from them")
+    dev = load.cap_table(rest, cfg.dev_examples, cfg.seed)
+    return samples[cfg.seed], dev, (
+        f"{len(dev)} examples (seed {cfg.seed}) of the {len(pool)}-example training pool "
+        f"outside every fine-tuning seed's sample; trained on fine-tuning seed {cfg.seed}'s "
+        f"sample of {len(samples[cfg.seed])}")
+
+
+def pilot_rows(params: Params, task: str) -> tuple[frozenset[str], int]:
+    """(the ids of the training-pool rows the pilots of `task` score: `pilot_split` for each
+    arm of ablations.pilot.variants, none where no pilot runs on the task; the pool's size).
+    The pilot chose the lr the curve arms use, so no curve point trains on them; Table 5's and
+    finetune's samples lie outside them by construction."""
+    pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
+    if task not in params.ablations.tasks:
+        return frozenset(), len(pool)
+    splits = (pilot_split(params, arm, task, pool)[1] for arm in params.ablations.pilot.variants)
+    return frozenset().union(*(s["id"] for s in splits)), len(pool)
+
+
+def outside_pilot(params: Params, task: str, n: int, key: str) -> frozenset[str]:
+    """The pilot's rows of `task` (`pilot_rows`), once n (params key `key`) fits outside them."""
+    held, size = pilot_rows(params, task)
+    if size - len(held) < n:
+        raise Gpt1Error(f"{key} asks for {n} training examples of {task}, but only "
+                        f"{size - len(held)} of its {size}-row training pool lie outside the "
+                        f"pilot's split of {len(held)}; lower {key}")
+    return held
