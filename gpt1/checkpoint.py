@@ -91,15 +91,20 @@ def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
     digest = hashlib.sha256()
-    with open(path, "wb") as fh:
-        for chunk in (len(head).to_bytes(8, "little"), head):
-            fh.write(chunk)
-            digest.update(chunk)
-        for _, value in order:
-            if value.numel():
-                data = value.reshape(-1).view(torch.uint8).numpy().data
-                fh.write(data)
-                digest.update(data)
+    try:
+        with open(path, "wb") as fh:
+            for chunk in (len(head).to_bytes(8, "little"), head):
+                fh.write(chunk)
+                digest.update(chunk)
+            for _, value in order:
+                if value.numel():
+                    data = value.reshape(-1).view(torch.uint8).numpy().data
+                    fh.write(data)
+                    digest.update(data)
+    except OSError as err:
+        if atomic.is_disk_full(err):  # the whole file's size, not what fitted
+            raise atomic.DiskFullError(path, 8 + len(head) + offset) from None
+        raise
     return digest.hexdigest()
 
 

@@ -105,7 +105,8 @@ def _run_every_stage(root: Path) -> dict[str, set[str]]:
         stage = STAGES[name]
         function = getattr(modules[stage.module], stage.attribute)
         with recording() as (read, tested):
-            function(params, **stage_arguments(name, vars(args), params.pretrain.seeds))
+            function(params, **stage_arguments(name, vars(args), params.pretrain.seeds,
+                                                       params.tasks.names))
         body = stages[name]
         own = [body.get("foreach"), *(body.get("matrix") or {}).values()]
         exempt = {v[2:-1] for v in own if isinstance(v, str)} | set(SUPERSETS)
