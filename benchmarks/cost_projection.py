@@ -320,6 +320,7 @@ def main() -> None:
     print(f"in all: {pretrain_hours + hours:.1f} h on {args.gpus} x {args.gpu} "
           f"= {args.gpus * (pretrain_hours + hours):.0f} GPU-hours")
 
+
 if __name__ == "__main__":
     try:
         with recording("cost-projection"):

@@ -281,6 +281,7 @@ def finetune_step(cfg: dict[str, Any], vocab: int, task: str, batch: int, k: int
     lengths = to_device(torch.full((batch, k), seq), device)
     n_out = k if spec.fmt == "choice" else spec.n_outputs
     labels = to_device(torch.randint(0, n_out, (batch,), generator=gen), device)
+
     def update(i: int) -> None:
         train_step(model, opt, [(idx, lengths, labels)], loss_fn, 6.25e-5, 1.0, precision)
 

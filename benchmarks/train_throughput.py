@@ -53,6 +53,7 @@ VOCAB, BATCH, THREADS = 16_384, 8, 2
 PAPER = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": 4 * 768, "n_positions": 512}
 PAPER_VOCAB, PAPER_BATCH = 40_478, 64  # the original release's vocabulary; spec §1 batch
 
+
 def synthetic_stream(n_tokens: int, vocab: int, seed: int) -> torch.Tensor:
     """A learnable token stream: a sparse random bigram chain (8 successors per token)."""
     g = torch.Generator().manual_seed(seed)

@@ -45,6 +45,7 @@ from gpt1.runtime import resolve_precision
 
 log = logging.getLogger(__name__)
 
+
 def train_bpe(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """The checkpoint's tokenizer at paths.tokenizer (the train_bpe stage's record)."""
     tok = hf_import.import_tokenizer(params)

@@ -41,7 +41,6 @@ def cpu_bf16_lstm() -> bool:
     return True
 
 
-
 class LSTMLM(nn.Module):
     """Embedding -> dropout -> LSTM -> projection to n_embd -> dropout -> tied output layer."""
 

@@ -33,7 +33,6 @@ FLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fope
          "-fPIC", "-shared", "-pthread"]
 
 
-
 def _flags() -> list[str]:
     """FLAGS with -march from $GPT1_KERNEL_MARCH when set."""
     march = os.environ.get("GPT1_KERNEL_MARCH")

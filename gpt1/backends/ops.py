@@ -31,6 +31,7 @@ from gpt1.backends.scratch import (  # noqa: F401 (new_pool, new_seed: the ops' 
 
 # ---- dropout: keep ? x * scale : 0; the same op with the same seed is its own backward -------
 
+
 @torch.library.custom_op("gpt1::dropout", mutates_args=())
 def dropout(x: Tensor, seed: Tensor, p: float) -> Tensor:
     return K.dropout(x, mask_seed(seed), p)

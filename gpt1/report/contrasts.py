@@ -356,7 +356,6 @@ def baseline_text(results: Mapping[str, dict[str, Any]], components: Sequence[st
     return "n/a" if value is None else f"{100 * value:.1f}"
 
 
-
 def present(results: Mapping[str, dict[str, Any]], components: Sequence[str]) -> list[str]:
     """The `task.score` components that the results hold (never the `glue` pseudo-column)."""
     return [c for c in components if c != "glue" and c.split(".")[0] in results

@@ -24,7 +24,6 @@ from gpt1.tasks import formats, load
 log = logging.getLogger(__name__)
 
 
-
 def predictions_path(params: Params, kind: str, pretrain_seed: int) -> Path:
     """Where the stage of pre-training run `pretrain_seed` of `kind` writes its per-example
     predictions."""

@@ -32,6 +32,7 @@ Tables = dict[str, pd.DataFrame]
 HubLoader = Callable[..., Any]
 """datasets.load_dataset or a fake with the same (path, name, split=) signature."""
 
+
 def to_table(rows: list[Row], spec: TaskSpec) -> pd.DataFrame:
     """Rows -> canonical DataFrame with fixed column order and dtypes."""
     df = pd.DataFrame(rows, columns=list(CANONICAL_COLUMNS))

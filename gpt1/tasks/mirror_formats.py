@@ -23,8 +23,6 @@ from gpt1.errors import Gpt1Error
 Row = dict[str, Any]
 
 
-
-
 class _Folder:
     """A source folder (RACE's split folders): its absolute path and the mirror root."""
 

@@ -22,6 +22,8 @@ PARENT_ENV = "GPT1_PARENT_RUN_ID"
 STAGE_RUN_ENV = "GPT1_RUN_ID"
 """Environment variable carrying the stage's own run, opened by the flow: the stage's outermost
 `start_run` logs into it instead of creating one."""
+
+
 def stage_sections(stage: str | None) -> list[str] | None:
     """The params sections of the keys dvc.yaml declares for `stage` (an address such as
     finetune@cola; `pretrain.lr_max` -> `pretrain`), in their order, None when there is no

@@ -37,12 +37,12 @@ CUSTOM = {"reviews": {"file": "reviews.csv", "text": "review", "label": "sentime
                       "labels": ["neg", "pos"], "metric": "acc"}}
 
 
-
 @pytest.fixture(autouse=True)
 def _paper_tasks_only_afterwards():
     """The registry holds the custom tasks of the params last parsed: leave only the paper's."""
     yield
     register_custom({})
+
 
 def write_reviews(path: Path, n: int = 40) -> None:
     """n reviews: a positive one draws its words from GOOD, a negative one from BAD."""

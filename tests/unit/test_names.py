@@ -25,7 +25,6 @@ OLD = "gpt"
 """The transformer's word in artifacts written before the rename."""
 
 
-
 def test_body_reads_the_old_word_and_refuses_unknown_ones() -> None:
     assert names.body(OLD) == names.body("transformer") == names.TRANSFORMER
     assert names.body("lstm") == names.LSTM

@@ -462,8 +462,8 @@ def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_pa
 def test_a_stage_record_carries_its_wall_time_from_the_stage_context(make_params) -> None:
     import time
 
-    from gpt1.records import StageContext
     from gpt1.recording import record
+    from gpt1.records import StageContext
 
     params = make_params({})
     record(params, "unclocked", {"rows": 3, "n": 1}, ("rows",))  # no stage context

@@ -27,6 +27,7 @@ def _paper_tasks_only_afterwards():
     yield
     register_custom({})
 
+
 def _params(tmp_path: Path, task: dict, name: str = "mine"):
     raw = make_params_dict(tmp_path, {"tasks": {"custom": {name: task}}})
     if name not in raw["finetune"]["tasks"]:  # zero-shot etc. stay prepared
