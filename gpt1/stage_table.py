@@ -235,10 +235,9 @@ def record_prefix(name: str, **arguments: Any) -> str:
 def runs_of(params: Params) -> list[StageRun]:
     """Every stage run the params define, as dvc.yaml's foreach / matrix lists render them, in
     its order (tests/unit/test_stage_table.py checks them against DVC's own)."""
-    raw = params.as_dict()
     runs = []
     for stage in STAGES.values():
-        lists = [functools.reduce(lambda d, k: d[k], key.split("."), raw) for key in stage.over]
+        lists = [functools.reduce(getattr, key.split("."), params) for key in stage.over]
         runs += [StageRun.of(stage.name, **dict(zip(stage.address, values, strict=True)))
                  for values in itertools.product(*lists)]
     return runs

@@ -104,9 +104,10 @@ def _run_every_stage(root: Path) -> dict[str, set[str]]:
         name = args.command
         stage = STAGES[name]
         function = getattr(modules[stage.module], stage.attribute)
+        arguments = stage_arguments(name, vars(args), params.pretrain.seeds,
+                                    params.tasks.names)  # the CLI's work, before the stage's
         with recording() as (read, tested):
-            function(params, **stage_arguments(name, vars(args), params.pretrain.seeds,
-                                                       params.tasks.names))
+            function(params, **arguments)
         body = stages[name]
         own = [body.get("foreach"), *(body.get("matrix") or {}).values()]
         exempt = {v[2:-1] for v in own if isinstance(v, str)} | set(SUPERSETS)
