@@ -14,6 +14,7 @@ from gpt1.freshness import is_current
 from gpt1.records import Metrics
 from gpt1.repo import git
 from gpt1.report.curves import FIGURE, curves_section, plot_curves
+from gpt1.report.design import design_section
 from gpt1.report.estimates import Finding, findings_json
 from gpt1.report.figure2 import (
     MODEL_LABELS,
@@ -178,9 +179,30 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
     return [
         f"> **Preset: {params.report.preset}.** Model: {size}. Pre-training: {pretraining}. "
         f"Seeds: {', '.join(map(str, ft.seeds))}.",
+        *hardware_line(metrics),
         f"> Data substitutions: {books}; {cap}; reported "
         "splits: " + "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in sorted(kinds.items()))
         + ".", ""]
+
+
+def hardware_line(metrics: Metrics) -> list[str]:
+    """The banner's line naming the CPU(s) the run was made on, from the records' `hardware`
+    fields (gpt1.hardware: model name and widest instruction set), each with its count of
+    records; nothing when no record carries the field (records written before it)."""
+    cpus: dict[str, int] = {}
+    for m in metrics.values():
+        hw = m.get("hardware")
+        if hw:
+            text = f"{hw['model']} ({hw['isa']})"  # gpt1.hardware.Cpu.text, from the record
+            cpus[text] = cpus.get(text, 0) + 1
+    if not cpus:
+        return []
+    without = len(metrics) - sum(cpus.values())
+    return ["> Made on: " + "; ".join(f"{cpu}, {n} of {len(metrics)} stage records"
+                                      for cpu, n in sorted(cpus.items(), key=lambda c: -c[1]))
+            + (f"; {without} records name no CPU (written before the field)" if without
+               else "") + " (the records' `hardware` field: model name and widest instruction "
+            "set)."]
 
 
 def selection_text(full: Mapping[str, dict[str, Any]]) -> str:
@@ -320,6 +342,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
                 ""]
     found = list(found) if found is not None else evaluate_findings(params, metrics, left, right)
     out += render_findings(params, metrics, left, right, found)
+    out += design_section(params, metrics)
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
             f"Left, layers transferred ({', '.join(params.layers.tasks)}; k in "
             f"{list(params.layers.layers_transferred)}; solid = the scored split, dashed = train "
