@@ -33,7 +33,7 @@ from gpt1.report.prose import compare_left, compare_right, describe_left, descri
 from gpt1.report.runs import first_run, split_origins, variant_results
 from gpt1.report.tables import render_ablations, render_custom, render_table
 from gpt1.stage_table import record_prefix
-from gpt1.tasks.registry import TASKS
+from gpt1.tasks.registry import FRESH, TASKS
 
 
 def _splits_section(metrics: Metrics) -> list[str]:
@@ -48,6 +48,11 @@ def _splits_section(metrics: Metrics) -> list[str]:
         if "eval_split" in m and not (variant != "full" and m["eval_split"] == same):
             lines.append(f"| {stem} | {m['eval_split']} | {m.get('n_train', '')} | "
                          f"{m.get('n_eval', '')} | {m.get('config_hash', '')} |")
+        fresh = m.get(FRESH)
+        if isinstance(fresh, Mapping) and variant == "full":  # every arm scores the same rows
+            lines.append(f"| {stem} | {FRESH} = {fresh.get('scored_on', '')} | "
+                         f"{m.get('n_train', '')} | {fresh.get('n_eval', '')} | "
+                         f"{m.get('config_hash', '')} |")
     return lines
 
 

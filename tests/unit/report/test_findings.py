@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpt1.report import design, findings
+from gpt1.report import design, document, findings
 from gpt1.report.estimates import pts
 from tests.helpers.report_metrics import preds_json
 
@@ -89,3 +89,14 @@ def test_the_report_prints_the_seeds_the_fresh_endpoint_needs(params, tmp_path) 
     assert row.startswith(f"| QNLI | fresh | {FRESH_N} | ")
     assert row.endswith(f" 3, {100 * used_power:.0f} % |")  # the F the run used, its power
     assert f"{100 * chosen.mde:.1f}" in row
+
+
+def test_the_report_reads_the_fresh_split_where_the_records_have_it(params, tmp_path) -> None:
+    metrics = _metrics(tmp_path, fresh=True)
+    text = document.build_report(params, metrics, "fixture0hash", "figure2.png", {})
+    found = findings.pretraining_finding(params, metrics)
+    assert found.line in text.splitlines()
+    assert "### Seeds from the MDE: the design of (a)" in text
+    row = f"| finetune_qnli | fresh = {FRESH_N} rows carved from the training pool (all 80) |"
+    assert row in text  # the evaluation splits name it, once (every arm scores the same rows)
+    assert text.count("| fresh = ") == 1
