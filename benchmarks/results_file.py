@@ -2,8 +2,9 @@
 
 Every benchmark that prints a measured figure takes `--results` (`add_option`) and runs its main
 under `recording(topic)`; with the flag, what the benchmark prints is also written to such a
-file, headed by the hardware it ran on (CPU model, cores, the bf16 / AMX flags, torch and its
-device), the UTC date and the exact command, so a figure quoted anywhere names its run.
+file, headed by the hardware it ran on (CPU model and widest instruction set, as
+gpt1.hardware names it for the stage records; cores, torch and its device), the UTC date and
+the exact command, so a figure quoted anywhere names its run.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import contextlib
 import datetime
 import io
 import os
-import platform
 import re
 import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from gpt1.hardware import describe_cpu
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -30,13 +32,8 @@ def add_option(parser: argparse.ArgumentParser) -> None:
 
 
 def cpu_model() -> str:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    found = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
-    have = set(flags.group(1).split()) if flags else set()
-    extras = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in have]
-    name = found.group(1).strip() if found else platform.processor() or platform.machine()
-    return f"{name} ({', '.join(extras) or 'no AVX2'})"
+    """This machine's CPU and its widest instruction set, as the stage records name it."""
+    return describe_cpu().text()
 
 
 def hardware() -> tuple[str, str]:

@@ -32,7 +32,7 @@ from gpt1.recording import record
 from gpt1.records import StageContext
 from gpt1.stage_table import resolve_pretrain_seed
 from gpt1.tasks import formats, load
-from gpt1.tasks.registry import TASKS, TaskSpec
+from gpt1.tasks.registry import FRESH, TASKS, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
     tables = load.read_tables(Path(params.paths.tasks) / task)
     splits = ("dev", "test") if hp.select == "dev" else ("test",)
     capped = {s: load.cap_table(tables[s], hp.max_eval_examples, hp.data_seed) for s in splits}
+    fresh = load.read_fresh(Path(params.paths.tasks) / task)  # scored whole by every arm
     pool = load.without_ids(tables["train"], held_out)
     trains = training_samples(pool, hp)
     ft = params.finetune
@@ -85,6 +86,8 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
         return formats.encode_table(table, spec, encode, formats.specials_of(tok), tr)
 
     data = {s: encoded(t) for s, t in capped.items()}
+    if fresh is not None:
+        data[FRESH] = encoded(fresh[0])
     train_sets = {f: encoded(t) for f, t in trains.items()}
     data["train"] = train_sets[hp.seeds[0]]
     keep_model = variant == FULL_ARM and not out
@@ -95,6 +98,8 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
     sample = {s: (f" (seeded random {len(capped[s])} of {len(tables[s])})"
                   if len(capped[s]) < len(tables[s]) else f" (all {len(tables[s])})")
               for s in splits}
+    if fresh is not None:
+        sample[FRESH] = f"{fresh[1]} (all {len(fresh[0])})"
     held = len(tables["train"]) - len(pool)
     outside = f" outside the pilot's split of {held}" if held else ""
     sample["train"] = (f" (seeded random {n_train} of {len(pool)}{outside} per fine-tuning seed)"
@@ -115,8 +120,9 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
                                   out_dir, pretrain_seed)
         if step is not None:
             metrics["pretrain_step"] = step
-        record(record_params or params, stem, metrics, ("scores",), summary=metrics,
-               context=context)
+        record(record_params or params, stem, metrics,
+               ("scores", f"{FRESH}_scores") if fresh is not None else ("scores",),
+               summary=metrics, context=context)
     log.info("%s %s p%d: %s = %.4f", variant, task, pretrain_seed, spec.metric,
              result["scores"][spec.metric]["mean"])
     return metrics
@@ -129,19 +135,23 @@ def arm_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: 
     baselines, predictions (per-seed files of the reported `test` split, which it bootstraps),
     eval_split, scored_on, origins, n_train, n_eval, pretrain_seed, select, lr, warmup_steps,
     warmup_frac, train_history (per seed and epoch: train accuracy, classifier and LM losses);
-    the prediction files carry each example's head probabilities;
+    the prediction files carry each example's head probabilities; where the task has a
+    fresh split, `fresh_scores` and `fresh` (baselines, n_eval, log_loss, scored_on) and its
+    files under predictions["fresh"];
     plus provenance of splits, truncation and speed). `hp` = the run's resolved fine-tuning
     hyperparameters (seeds, lm_coef, lr), `sample` = split -> how it was sampled. Under
     `select: dev` the dev predictions are `selection_predictions`, never a reported split."""
     ft = params.finetune
     files = {prefix: [str(Path(out_dir) / f"{prefix}predictions_seed{s}.parquet")
-                      for s in hp.seeds] for prefix in ("", "selection_")}
+                      for s in hp.seeds] for prefix in ("", "selection_", f"{FRESH}_")}
+    fresh = result.get(FRESH)
     chosen = (f"epoch chosen on dev = {spec.sources['dev']}{sample['dev']} (never reported)"
               if hp.select == "dev" else "last epoch scored (no selection)")
     return {
         "task": spec.name, "variant": variant, "metric": spec.metric,
         "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {"test": files[""]},
+        "predictions": {"test": files[""], **({FRESH: files[f"{FRESH}_"]} if fresh else {})},
+        **fresh_fields(result, sample.get(FRESH, "")),
         **({"selection_predictions": files["selection_"]} if hp.select == "dev" else {}),
         "train_ids": [str(Path(out_dir) / f"train_ids_seed{s}.parquet") for s in hp.seeds],
         "eval_split": f"test = {spec.sources['test']}{sample['test']}; {chosen}",
@@ -166,6 +176,18 @@ def arm_record(params: Params, spec: TaskSpec, hp: Hparams, kind: str, variant: 
     }
 
 
+def fresh_fields(result: dict[str, Any], words: str) -> dict[str, Any]:
+    """A record's fields of the fresh split from a run's result (none without one):
+    `fresh_scores` (a score file's field) and `fresh` (baselines, n_eval, log_loss and
+    `scored_on` = `words`); its prediction files go under the record's predictions["fresh"]."""
+    fresh = result.get(FRESH)
+    if not fresh:
+        return {}
+    return {f"{FRESH}_scores": fresh["scores"],
+            FRESH: {"baselines": fresh["baselines"], "n_eval": fresh["n_eval"],
+                    "log_loss": fresh["log_loss"], "scored_on": words}}
+
+
 def run_floor(params: Params, task: str, stem: str, run: Params | None = None, out: str = "",
               held_out: Collection[str] = (), *, context: StageContext | None = None
               ) -> dict[str, Any]:
@@ -173,8 +195,8 @@ def run_floor(params: Params, task: str, stem: str, run: Params | None = None, o
     `floor_record` on `run` (default params), recorded with `params`."""
     with tracking.start_run(stem, params):
         metrics = floor_record(run or params, task, out, held_out)
-        record(params, stem, metrics, ("scores",) if "scores" in metrics else (),
-               context=context)
+        record(params, stem, metrics, tuple(k for k in ("scores", f"{FRESH}_scores")
+                                            if k in metrics), context=context)
     return metrics
 
 
@@ -197,7 +219,9 @@ def floor_record(params: Params, task: str, out: str = "", held_out: Collection[
     test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)
     pool = load.without_ids(tables["train"], held_out)
     trains = training_samples(pool, hp)
-    result = floor.fit_and_score(spec, params.ablations.floor, trains, test, out_dir)
+    fresh = load.read_fresh(Path(params.paths.tasks) / spec.name)
+    result = floor.fit_and_score(spec, params.ablations.floor, trains, test, out_dir,
+                                 None if fresh is None else fresh[0])
     n_pool, n_test = len(pool), len(tables["test"])
     held = len(tables["train"]) - n_pool
     outside = f" outside the pilot's split of {held}" if held else ""
@@ -207,8 +231,11 @@ def floor_record(params: Params, task: str, out: str = "", held_out: Collection[
     return {
         "task": spec.name, "variant": floor.VARIANT, "metric": spec.metric,
         "scores": result["scores"], "baselines": result["baselines"],
-        "predictions": {"test": [str(out_dir / f"predictions_seed{f}.parquet")
-                                 for f in hp.seeds]},
+        "predictions": {split: [str(out_dir / f"{prefix}predictions_seed{f}.parquet")
+                                for f in hp.seeds]
+                        for split, prefix in (("test", ""), (FRESH, f"{FRESH}_"))
+                        if split == "test" or fresh is not None},
+        **fresh_fields(result, "" if fresh is None else f"{fresh[1]} (all {len(fresh[0])})"),
         "train_ids": [str(out_dir / f"train_ids_seed{f}.parquet") for f in hp.seeds],
         "eval_split": f"test = {spec.sources['test']}{sampled}; C chosen by "
                       f"{cfg.cv_folds}-fold CV on the training sample",

@@ -419,6 +419,11 @@ class TasksCfg(Section):
     file for the task (SciTail: only the official test)."""
     dev_examples: dict[str, PosInt]
     """Fixed dev size per task, overriding dev_frac (story_cloze: 374, spec §5)."""
+    fresh_examples: dict[str, PosInt]
+    """Per task: about this many labelled rows carved (seed carve_seed, whole groups of rows
+    sharing text_a, so no question or premise is on both sides) from its training pool as
+    the `fresh` split, a scored split no earlier run saw; the training pool every sample and
+    pilot split is drawn from is the rest. {} = none (every task scores its test split only)."""
     truncation: Literal["half", "longest_first"]
     """half: each of the two segments cut to n_ctx // 2 - 2 tokens (original release,
     spec §5); longest_first: cut the longer segment until the sequence fits n_ctx."""
@@ -755,6 +760,9 @@ class ReportCfg(Section):
     points). The report renormalises the records' raw scores (gpt1.report.figure2.at_floors)."""
     design_sd: DesignSd
     """Declared variance components behind each design's MDE (docs/study.md)."""
+    max_seeds: Annotated[int, Field(ge=2, le=64)]
+    """The most fine-tuning seeds F the design of finding (a) may ask for
+    (gpt1.report.design.choose_seeds: the smallest F with `power` at `declared_effect`)."""
     plan_commit: str | None
     """The commit that fixed the plan; null = the commit that last touched docs/study.md."""
     deviations: StrTuple
@@ -865,6 +873,11 @@ class Params(Section):
         if unknown:
             raise ValueError(
                 f"tasks.truncation_overrides: tasks not in finetune.tasks: {sorted(unknown)}")
+        unknown = set(self.tasks.fresh_examples) - set(self.finetune.tasks)
+        if unknown:
+            raise ValueError(f"tasks.fresh_examples: {sorted(unknown)[0]!r} is not in "
+                             f"finetune.tasks {list(self.finetune.tasks)} (no prepare_task "
+                             "stage carves it)")
         return self
 
     def _check_curves(self) -> None:

@@ -40,7 +40,7 @@ from gpt1.scoring import aggregate, baselines, head_predictions, score_split
 from gpt1.step import NonFiniteWatch, train_step
 from gpt1.task_losses import make_loss_fn, new_tally, read_tally
 from gpt1.tasks.formats import Encoded
-from gpt1.tasks.registry import TaskSpec
+from gpt1.tasks.registry import FRESH, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,8 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     best on data["dev"] (dev); score and save the test predictions.
 
     Writes predictions_seed<seed>.parquet (test), train_ids_seed<seed>.parquet (the training
-    rows, in file order) and, under `dev`, selection_predictions_seed<seed>.parquet.
+    rows, in file order), fresh_predictions_seed<seed>.parquet where data has the fresh split
+    (scored like test, `score_fresh`) and, under `dev`, selection_predictions_seed<seed>.parquet.
     `on_best(model, out_dir)` gets the kept model (e.g. to save it under out_dir).
     Raises StoppedError after the step during which `stop` was set (SIGINT / SIGTERM).
     """
@@ -332,6 +333,11 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     on_metrics(step0 + step, {f"test/{k}": v for k, v in scores.items()})
     _write_predictions(out_dir / f"predictions_seed{seed}.parquet", test, pred,
                        probabilities(spec, test_out))
+    fresh = ({} if FRESH not in data else
+             score_fresh(spec, hp, model, data[FRESH], precision, device,
+                         out_dir / f"{FRESH}_predictions_seed{seed}.parquet"))
+    if fresh:
+        on_metrics(step0 + step, {f"{FRESH}/{k}": v for k, v in fresh["scores"].items()})
     atomic.write_bytes(out_dir / f"train_ids_seed{seed}.parquet",
                        pd.DataFrame({"id": train.ids}).to_parquet(index=False) or b"")
     if best is not None:
@@ -340,9 +346,20 @@ def train_one_seed(spec: TaskSpec, hp: Hparams, seed: int, data: dict[str, Encod
     return {"seed": seed, "scores": scores, "kept_epoch": best[0][2] if best else hp.epochs,
             "dev_history": history, "train_history": train_history, "steps": step,
             "warmup_steps": warmup,
-            "log_loss": test_log_loss,
+            "log_loss": test_log_loss, **{f"{FRESH}_{k}": v for k, v in fresh.items()},
             "n_train": len(train), "backend": backend_of(model),
             "train_examples_per_s": seen / train_s, "eval_examples_per_s": len(test) / eval_s}
+
+
+def score_fresh(spec: TaskSpec, hp: Hparams, model: TaskModel, split: Encoded, precision: str,
+                device: torch.device, path: Path) -> dict[str, Any]:
+    """Score the kept model on the fresh split (gpt1.tasks.load.carve_fresh) as on test:
+    {"scores", "log_loss"}; its predictions (with the head's probabilities) go to `path`."""
+    out = infer(model, split, hp.batch_size * 2, precision, device, FRESH)
+    pred = head_predictions(spec, out)
+    _write_predictions(path, split, pred, probabilities(spec, out))
+    return {"scores": score_split(spec, split.labels, pred, split.groups),
+            "log_loss": log_loss(spec, out, split.labels)}
 
 
 def probabilities(spec: TaskSpec, out: np.ndarray) -> list[list[float]] | None:
@@ -377,7 +394,8 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
                   on_best: BestSink | None = None, device: torch.device | None = None,
                   train_sets: Mapping[int, Encoded] | None = None) -> dict[str, Any]:
     """Fine-tune every seed, keep its last epoch or select on data["dev"] (hp.select), score
-    data["test"] (the same examples, in the same order, for every seed).
+    data["test"] (the same examples, in the same order, for every seed), and data["fresh"]
+    where given (the result's `fresh`: its scores, baselines, log-losses and size).
 
     `train_sets`: seed -> that seed's training set (its own seeded subset of the pool); None =
     data["train"] for every seed. Returns the result (scores aggregated over seeds, per-seed
@@ -398,10 +416,16 @@ def finetune_task(spec: TaskSpec, hp: Hparams, data: dict[str, Encoded],
             runs.append(train_one_seed(spec, hp, seed, seed_data, make_body, on_metrics, tmp,
                                        device, steps_before, stop, on_best if i == 0 else None))
     first_train = data["train"] if train_sets is None else train_sets[hp.seeds[0]]
+    fresh = {} if FRESH not in data else {FRESH: {
+        "scores": aggregate([r[f"{FRESH}_scores"] for r in runs]),
+        "baselines": baselines(spec, first_train.labels, data[FRESH].labels,
+                               n_choices(spec, data[FRESH]), data[FRESH].groups),
+        "log_loss": [r[f"{FRESH}_log_loss"] for r in runs], "n_eval": len(data[FRESH])}}
     return {
         "scores": aggregate([r["scores"] for r in runs]),
         "baselines": baselines(spec, first_train.labels, data["test"].labels,
                                n_choices(spec, data["test"]), data["test"].groups),
+        **fresh,
         "seeds": runs, "backend": runs[0]["backend"],
         "n_train": runs[0]["n_train"], "n_dev": len(data["dev"]) if "dev" in data else 0,
         "n_eval": len(data["test"]),

@@ -109,15 +109,26 @@ def predict(x_train: Sequence[str], y: np.ndarray, x_test: Sequence[str], cfg: F
     return fit(cfg, c, seed, x_train, y, "training sample").predict(list(x_test)).astype(np.int64)
 
 
+def _write_predictions(path: Path, table: pd.DataFrame, pred: np.ndarray) -> None:
+    """One seed's predictions on one scored split (the report's bootstrap reads these rows)."""
+    frame = pd.DataFrame({"id": list(table["id"]), "group": list(table["group"]),
+                          "label": table["label"].to_numpy(dtype=np.int64), "prediction": pred})
+    atomic.write_bytes(path, frame.to_parquet(index=False) or b"")
+
+
 def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame],
-                  test: pd.DataFrame, out_dir: Path) -> dict[str, Any]:
-    """Every seed's floor run: choose C, refit, predict the test split; writes
-    predictions_seed<f>.parquet and train_ids_seed<f>.parquet under out_dir (atomically, as
-    one folder). Returns scores aggregated over seeds, baselines and per-seed details."""
+                  test: pd.DataFrame, out_dir: Path, fresh: pd.DataFrame | None = None
+                  ) -> dict[str, Any]:
+    """Every seed's floor run: choose C, refit, predict the test split (and the `fresh` split
+    where given, by the same model); writes predictions_seed<f>.parquet (and
+    fresh_predictions_seed<f>.parquet) and train_ids_seed<f>.parquet under out_dir
+    (atomically, as one folder). Returns scores aggregated over seeds, baselines, per-seed
+    details and, with `fresh`, the fresh split's scores, baselines and size."""
     if spec.regression or spec.fmt == "choice":
         raise Gpt1Error(f"{spec.name}: the bag-of-words floor covers classification tasks, "
                         f"not a {'regression' if spec.regression else 'choice'} task")
     x_test = texts(test)
+    x_fresh = [] if fresh is None else texts(fresh)
     y_test = test["label"].to_numpy(dtype=np.int64)
     runs: list[dict[str, Any]] = []
     with atomic.atomic_path(out_dir) as tmp:
@@ -126,19 +137,30 @@ def fit_and_score(spec: TaskSpec, cfg: FloorCfg, trains: dict[int, pd.DataFrame]
             t0 = time.perf_counter()
             y = train["label"].to_numpy(dtype=np.int64)
             c, cv = choose_c(texts(train), y, cfg, seed)
-            pred = predict(texts(train), y, x_test, cfg, c, seed)
-            frame = pd.DataFrame({"id": list(test["id"]), "group": list(test["group"]),
-                                  "label": y_test, "prediction": pred})
-            atomic.write_bytes(tmp / f"predictions_seed{seed}.parquet",
-                               frame.to_parquet(index=False) or b"")
+            scored = predict(texts(train), y, x_test + x_fresh, cfg, c, seed)  # one fit
+            pred = scored[:len(x_test)]
+            _write_predictions(tmp / f"predictions_seed{seed}.parquet", test, pred)
+            extra: dict[str, Any] = {}
+            if fresh is not None:
+                on_fresh = scored[len(x_test):]
+                _write_predictions(tmp / f"fresh_predictions_seed{seed}.parquet", fresh,
+                                   on_fresh)
+                extra = {"fresh_scores": score_split(spec, fresh["label"].to_numpy(
+                    dtype=np.int64), on_fresh, list(fresh["group"]))}
             atomic.write_bytes(tmp / f"train_ids_seed{seed}.parquet",
                                pd.DataFrame({"id": list(train["id"])}).to_parquet(index=False)
                                or b"")
             runs.append({"seed": seed, "C": c, "cv_accuracy": cv, "n_train": len(train),
                          "scores": score_split(spec, y_test, pred, list(test["group"])),
-                         "seconds": round(time.perf_counter() - t0, 2)})
+                         "seconds": round(time.perf_counter() - t0, 2), **extra})
     first = next(iter(trains.values()))
+    y_first = first["label"].to_numpy(dtype=np.int64)
+    fresh_part = {} if fresh is None else {"fresh": {
+        "scores": aggregate([r["fresh_scores"] for r in runs]),
+        "baselines": baselines(spec, y_first, fresh["label"].to_numpy(dtype=np.int64),
+                               np.full(len(fresh), spec.n_outputs), list(fresh["group"])),
+        "log_loss": [None] * len(runs), "n_eval": len(fresh)}}
     return {"scores": aggregate([r["scores"] for r in runs]),
-            "baselines": baselines(spec, first["label"].to_numpy(dtype=np.int64), y_test,
-                                   np.full(len(test), spec.n_outputs), list(test["group"])),
-            "seeds": runs, "n_train": len(first), "n_eval": len(test)}
+            "baselines": baselines(spec, y_first, y_test, np.full(len(test), spec.n_outputs),
+                                   list(test["group"])),
+            "seeds": runs, "n_train": len(first), "n_eval": len(test), **fresh_part}

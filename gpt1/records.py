@@ -22,6 +22,7 @@ from typing import Any
 from gpt1 import atomic, freshness
 from gpt1.config import Params
 from gpt1.errors import Gpt1Error
+from gpt1.hardware import describe_cpu
 
 Metrics = dict[str, dict[str, Any]]
 """Record stem (e.g. finetune_cola) -> the record, scores and sidecar merged."""
@@ -71,9 +72,12 @@ class StageContext:
         return self.rank in (None, 0)
 
     def stamp(self) -> dict[str, Any]:
-        """What a record written now carries of its process: its wall time and stage hash."""
+        """What a record written now carries of its process: its wall time, stage hash and
+        the CPU it ran on (`hardware`: model name and widest instruction set,
+        gpt1.hardware), which the report names."""
         return {"wall_seconds": round(time.perf_counter() - self.started, 1),
-                **({} if self.stage_hash is None else {"stage_hash": self.stage_hash})}
+                **({} if self.stage_hash is None else {"stage_hash": self.stage_hash}),
+                "hardware": describe_cpu().as_record()}
 
 
 def record_paths(metrics_dir: str | Path, stage: str) -> tuple[Path, Path]:
@@ -180,6 +184,9 @@ RECORD_FIELDS: dict[str, tuple[str, Any]] = {
     "runs": ("a list of [pre-training seed, seed] integer pairs",
              lambda v: isinstance(v, list) and all(isinstance(r, list) and len(r) == 2
                                                    and all(map(_is_int, r)) for r in v)),
+    "hardware": ('{"model": a string, "isa": a string}',
+                 lambda v: isinstance(v, dict) and set(v) == {"model", "isa"}
+                 and all(isinstance(x, str) for x in v.values())),
 }
 """Fields the report reads from a record -> (what they must be, check)."""
 SCORED_STEMS = ("finetune_", "layers_", "curve_n_", "curve_floor_", "curve_step_")
@@ -199,11 +206,12 @@ def check_record(stem: str, record: dict[str, Any], files: tuple[Path, Path]) ->
     for field, (what, ok) in RECORD_FIELDS.items():
         if field in record and not ok(record[field]):
             fail(field, what)
-    if stem.startswith(SCORED_STEMS) and "scores" in record:
-        scores = record["scores"]
-        if not isinstance(scores, dict) or not all(map(_is_score, scores.values())):
-            fail("scores", 'a mapping of metric -> {"mean": number, "sd": number, '
-                           '"per_seed": [number]}')
+    for field in ("scores", "fresh_scores"):  # fresh: the fresh split's (tasks.fresh_examples)
+        if stem.startswith(SCORED_STEMS) and field in record:
+            scores = record[field]
+            if not isinstance(scores, dict) or not all(map(_is_score, scores.values())):
+                fail(field, 'a mapping of metric -> {"mean": number, "sd": number, '
+                            '"per_seed": [number]}')
 
 
 def read_metrics(metrics_dir: str | Path) -> Metrics:

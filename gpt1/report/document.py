@@ -14,6 +14,7 @@ from gpt1.freshness import is_current
 from gpt1.records import Metrics
 from gpt1.repo import git
 from gpt1.report.curves import FIGURE, curves_section, plot_curves
+from gpt1.report.design import design_section
 from gpt1.report.estimates import Finding, findings_json
 from gpt1.report.figure2 import (
     MODEL_LABELS,
@@ -32,7 +33,7 @@ from gpt1.report.prose import compare_left, compare_right, describe_left, descri
 from gpt1.report.runs import first_run, split_origins, variant_results
 from gpt1.report.tables import render_ablations, render_custom, render_table
 from gpt1.stage_table import record_prefix
-from gpt1.tasks.registry import TASKS
+from gpt1.tasks.registry import FRESH, TASKS
 
 
 def _splits_section(metrics: Metrics) -> list[str]:
@@ -47,6 +48,11 @@ def _splits_section(metrics: Metrics) -> list[str]:
         if "eval_split" in m and not (variant != "full" and m["eval_split"] == same):
             lines.append(f"| {stem} | {m['eval_split']} | {m.get('n_train', '')} | "
                          f"{m.get('n_eval', '')} | {m.get('config_hash', '')} |")
+        fresh = m.get(FRESH)
+        if isinstance(fresh, Mapping) and variant == "full":  # every arm scores the same rows
+            lines.append(f"| {stem} | {FRESH} = {fresh.get('scored_on', '')} | "
+                         f"{m.get('n_train', '')} | {fresh.get('n_eval', '')} | "
+                         f"{m.get('config_hash', '')} |")
     return lines
 
 
@@ -178,9 +184,30 @@ def banner(params: Params, metrics: Metrics) -> list[str]:
     return [
         f"> **Preset: {params.report.preset}.** Model: {size}. Pre-training: {pretraining}. "
         f"Seeds: {', '.join(map(str, ft.seeds))}.",
+        *hardware_line(metrics),
         f"> Data substitutions: {books}; {cap}; reported "
         "splits: " + "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in sorted(kinds.items()))
         + ".", ""]
+
+
+def hardware_line(metrics: Metrics) -> list[str]:
+    """The banner's line naming the CPU(s) the run was made on, from the records' `hardware`
+    fields (gpt1.hardware: model name and widest instruction set), each with its count of
+    records; nothing when no record carries the field (records written before it)."""
+    cpus: dict[str, int] = {}
+    for m in metrics.values():
+        hw = m.get("hardware")
+        if hw:
+            text = f"{hw['model']} ({hw['isa']})"  # gpt1.hardware.Cpu.text, from the record
+            cpus[text] = cpus.get(text, 0) + 1
+    if not cpus:
+        return []
+    without = len(metrics) - sum(cpus.values())
+    return ["> Made on: " + "; ".join(f"{cpu}, {n} of {len(metrics)} stage records"
+                                      for cpu, n in sorted(cpus.items(), key=lambda c: -c[1]))
+            + (f"; {without} records name no CPU (written before the field)" if without
+               else "") + " (the records' `hardware` field: model name and widest instruction "
+            "set)."]
 
 
 def selection_text(full: Mapping[str, dict[str, Any]]) -> str:
@@ -320,6 +347,7 @@ def build_report(params: Params, metrics: Metrics, config_hash: str, figure_name
                 ""]
     found = list(found) if found is not None else evaluate_findings(params, metrics, left, right)
     out += render_findings(params, metrics, left, right, found)
+    out += design_section(params, metrics)
     out += ["## Figure 2", "", f"![Figure 2]({figure_name})", "",
             f"Left, layers transferred ({', '.join(params.layers.tasks)}; k in "
             f"{list(params.layers.layers_transferred)}; solid = the scored split, dashed = train "

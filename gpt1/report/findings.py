@@ -13,6 +13,7 @@ design's MDE counts a from-scratch arm's runs once per fine-tuning seed (gpt1.st
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpt1 import stats
@@ -37,6 +38,7 @@ from gpt1.report.estimates import (
 )
 from gpt1.report.pilots import finding_gate
 from gpt1.report.runs import variant_results
+from gpt1.tasks.registry import FRESH
 
 LARGE_TRAIN = 100_000
 """Training examples from which a task counts as large for finding (b): the paper's aux-LM gain
@@ -105,13 +107,14 @@ def harmonic_n(ns: Sequence[float]) -> float:
 
 
 def arm_checks(params: Params, metrics: Metrics, variants: Sequence[str],
-               tasks: Sequence[str]) -> tuple[str, str]:
-    """(the flagged arms with their reasons, every arm's per-run count) of a finding: a run is
-    degenerate at >= report.degenerate_frac one class; an arm is flagged on a task when half
-    its runs are, or its CI does not clear the majority baseline (contrasts.arm_flags)."""
+               tasks: Sequence[str], split: str = "test") -> tuple[str, str]:
+    """(the flagged arms with their reasons, every arm's per-run count) of a finding on
+    `split`: a run is degenerate at >= report.degenerate_frac one class; an arm is flagged on
+    a task when half its runs are, or its CI does not clear the majority baseline
+    (contrasts.arm_flags)."""
     flagged, counts = [], []
     for v in variants:
-        res = variant_results(metrics, v)
+        res = variant_results(metrics, v, split)
         preds = row_predictions(res)
         for t in tasks:
             label = f"{params.report.row_labels[v]} on {t.upper()}"
@@ -151,20 +154,23 @@ def _per_task(params: Params, rows: Sequence[Any], tasks: Sequence[str]) -> str:
 
 
 def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: str,
-                worse: str, margin: float | None = None) -> Finding:
+                worse: str, margin: float | None = None, split: str = "test",
+                tasks: Sequence[str] | None = None) -> Finding:
     """(a), (e) (superiority, margin None) or (b) (non-superiority with margin): better -
-    worse on the mean of the confirmatory tasks both rows ran; "untestable at this budget"
+    worse on the mean over `tasks` (default: the confirmatory tasks) both rows scored on
+    `split` (test, or the fresh split: `runs.split_view`); "untestable at this budget"
     when a piloted arm fails the plan's gate (pilot records only), "gate not evaluable" when
     its pilot record predates the gate; inconclusive against a flagged arm."""
     cfg = params.report
-    res = {v: variant_results(metrics, v) for v in (better, worse)}
-    tasks = [t for t in cfg.confirmatory_tasks if all(t in r for r in res.values())]
+    res = {v: variant_results(metrics, v, split) for v in (better, worse)}
+    tasks = [t for t in (cfg.confirmatory_tasks if tasks is None else tasks)
+             if all(t in r for r in res.values())]
     labels = f"{cfg.row_labels[better]} − {cfg.row_labels[worse]}"
     if not tasks:
         line = f"- **({tag}) {claim}: inconclusive** — no confirmatory task has both rows."
         return Finding(tag, claim, "inconclusive", "n/a", "n/a", "n/a", "", line)
     blocked, gate_text = finding_gate(params, metrics, (better, worse), tasks)
-    flagged, counts = arm_checks(params, metrics, (better, worse), tasks)
+    flagged, counts = arm_checks(params, metrics, (better, worse), tasks, split)
     checks = (f" Gate (the plan's, from the pilot records): {gate_text}. Runs and flags (a "
               f"run is degenerate at ≥ {100 * cfg.degenerate_frac:.0f} % one class; an arm is "
               f"flagged when half its runs are or its CI does not clear majority): {counts}"
@@ -184,8 +190,9 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
                "a piloted arm's pilot record predates the gate (it lacks the pilot split's "
                "majority share or the chosen configuration's accuracy), so the gate cannot be "
                "evaluated")
-        line = (f"- **({tag}) {claim}: {blocked}.** {labels} on "
-                f"{', '.join(t.upper() for t in tasks)}: {why}, so no estimate is printed."
+        on = ", ".join(t.upper() for t in tasks) + ("" if split == "test" else f" ({split} split)")
+        line = (f"- **({tag}) {claim}: {blocked}.** {labels} on {on}: {why}, so no estimate "
+                "is printed."
                 f"{power}{checks}")
         return Finding(tag, claim, blocked, "n/a", "n/a", "n/a", flagged, line, gate_text)
     est, per = hierarchical_mean(points)
@@ -220,8 +227,11 @@ def row_finding(params: Params, metrics: Metrics, tag: str, claim: str, better: 
         ci = "n/a" if b is None else conditional(f"90 % CI {ci_pts(b.interval(0.90))}, 95 % CI "
                                                  f"{ci_pts(b.ci)}", n_pre)
     verdict = final_verdict(test_word, flagged)
-    line = (f"- **({tag}) {claim}: {verdict}.**{declared} {labels} on the mean of "
-            f"{', '.join(t.upper() for t in tasks)} = {pts(est)} points over {len(points)} "
+    where = (f"the mean of {', '.join(t.upper() for t in tasks)}" if split == "test" else
+             f"{' and '.join(t.upper() for t in tasks)}'s {split} split ("
+             + "; ".join(str(res[better][t].get("scored_on", "")) for t in tasks) + ")")
+    line = (f"- **({tag}) {claim}: {verdict}.**{declared} {labels} on {where} = "
+            f"{pts(est)} points over {len(points)} "
             f"runs ({n_pre} pre-training x {n_ft} fine-tuning seeds"
             f"{_scratch_note(params, scratch)}; "
             f"{pretrain_text(per, b)}), {ci if b is not None else NO_CI}."
@@ -247,13 +257,42 @@ def aux_finding(params: Params, metrics: Metrics) -> Finding:
                    f.line + note, f.gate)
 
 
+PRETRAINING_CLAIM = "paper: \"pre-training helps\" (rows 1 vs 2)"
+
+
+def pretraining_finding(params: Params, metrics: Metrics) -> Finding:
+    """(a): full - scratch. Where both rows scored the fresh split (tasks.fresh_examples) of
+    confirmatory tasks, the verdict is on those tasks' fresh split (the primary endpoint),
+    and the line goes on with the same contrast on their test split (secondary: GLUE dev) and
+    on the other confirmatory tasks (exploratory), each an estimate and CI, neither a
+    verdict; without a fresh split, on the confirmatory tasks' test split."""
+    cfg, arms = params.report, ("full", "scratch")
+    primary = [t for t in cfg.confirmatory_tasks
+               if all(t in variant_results(metrics, v, FRESH) for v in arms)]
+    if not primary:
+        return row_finding(params, metrics, "a", PRETRAINING_CLAIM, *arms)
+    found = row_finding(params, metrics, "a", PRETRAINING_CLAIM, *arms, split=FRESH,
+                        tasks=primary)
+    rest = [t for t in cfg.confirmatory_tasks if t not in primary
+            and all(t in variant_results(metrics, v) for v in arms)]
+    parts = [("Secondary endpoint", primary), *([("Exploratory", rest)] if rest else [])]
+    extra = ""
+    for role, tasks in parts:
+        other = row_finding(params, metrics, "a", PRETRAINING_CLAIM, *arms, tasks=tasks)
+        scored = variant_results(metrics, "full")
+        where = "; ".join(f"{t.upper()}: {scored[t].get('scored_on', 'test split')}"
+                          for t in tasks if t in scored)
+        extra += (f" {role} ({where}): {other.statistic}, {other.ci}; its own test, "
+                  f"not this finding's verdict: {other.verdict}.")
+    return replace(found, line=found.line + extra)
+
+
 def evaluate_findings(params: Params, metrics: Metrics,
                       left: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]],
                       right: Mapping[str, Mapping[str, Sequence[tuple[int, float]]]]
                       ) -> list[Finding]:
     """Findings (a)-(e), each by its pre-registered test."""
-    return [row_finding(params, metrics, "a", "paper: \"pre-training helps\" (rows 1 vs 2)",
-                        "full", "scratch"),
+    return [pretraining_finding(params, metrics),
             aux_finding(params, metrics),
             layers_finding(params, metrics, left),
             zeroshot_finding(params, metrics, right),

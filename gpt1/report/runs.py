@@ -63,16 +63,37 @@ def pool_runs(recs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**out, "scores": scores, "predictions": preds}
 
 
-def variant_results(metrics: Metrics, variant: str) -> dict[str, dict[str, Any]]:
+def split_view(record: Mapping[str, Any], split: str) -> dict[str, Any] | None:
+    """A fine-tuning record as if `split` were the split it reports: for the fresh split
+    (tasks.fresh_examples) its `fresh_scores`, baselines, size, log-losses, words and
+    prediction files in place of the test split's, so every table, contrast and flag reads it
+    unchanged; the record itself for `test`; None when the record did not score `split`."""
+    if split == "test":
+        return dict(record)
+    about, scores = record.get(split), record.get(f"{split}_scores")
+    files = record.get("predictions", {}).get(split)
+    if not isinstance(about, Mapping) or scores is None or files is None:
+        return None
+    return {**record, "scores": scores, "baselines": about["baselines"],
+            "n_eval": about["n_eval"], "log_loss": about["log_loss"],
+            "scored_on": about["scored_on"], "eval_split": f"{split} = {about['scored_on']}",
+            "predictions": {"test": files}}
+
+
+def variant_results(metrics: Metrics, variant: str, split: str = "test"
+                    ) -> dict[str, dict[str, Any]]:
     """task -> fine-tuning record of one variant (`full` = the finetune stage; Table 5 rows =
     finetune_<variant>_<task>), grouped by the records' own task / variant fields: the
     records of several pre-training seeds are pooled into one (`pool_runs`). A record of a
-    task the params no longer declare (a custom task since removed) is left out."""
+    task the params no longer declare (a custom task since removed) is left out. `split`:
+    the records' view of that scored split (`split_view`; the tasks that scored it)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for stem, m in sorted(metrics.items()):
         if (stem.startswith("finetune_") and m.get("variant") == variant and "scores" in m
                 and m.get("task") in TASKS):
-            groups.setdefault(m["task"], []).append(m)
+            view = split_view(m, split)
+            if view is not None:
+                groups.setdefault(m["task"], []).append(view)
     return {task: pool_runs(recs) for task, recs in groups.items()}
 
 

@@ -16,7 +16,7 @@ from gpt1.recording import record, record_in_own_run
 from gpt1.records import StageContext
 from gpt1.stage_table import StageRun
 from gpt1.tasks import load
-from gpt1.tasks.registry import TASKS
+from gpt1.tasks.registry import FRESH, TASKS
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +129,13 @@ def shard_corpus(params: Params, *, context: StageContext | None = None) -> dict
 
 def prepare_task(params: Params, task: str, *, context: StageContext | None = None
                  ) -> dict[str, Any]:
-    """Mirror (or hub) files -> validated canonical train/dev/test tables of one task."""
+    """Mirror (or hub) files -> validated canonical train/dev/test tables of one task, and its
+    fresh split carved from train where tasks.fresh_examples names the task."""
     spec = load.task_spec(params, task)
     mirror = params.paths.mirror_dir
-    tables = load.load_task(spec, params.tasks, mirror)
+    fresh = params.tasks.fresh_examples.get(task)
+    tables = load.carve_fresh(load.load_task(spec, params.tasks, mirror), fresh,
+                              params.tasks.carve_seed)
     docs = Path(params.paths.data_docs) / "tasks" / task
     stem = StageRun.of("prepare_task", task=task).stem
     with tracking.start_run(stem, params):
@@ -141,10 +144,15 @@ def prepare_task(params: Params, task: str, *, context: StageContext | None = No
         tracking.log_artifact(docs, "data_docs")
         own = ({"settings": params.tasks.custom[task].model_dump(mode="json")}
                if spec.custom else {})  # an own task's settings reach its fine-tuning stages
-        load.write_tables(tables, Path(params.paths.tasks) / task, {"checks": report, **own})
+        about = ({FRESH: {"source": load.fresh_source(spec, len(tables[FRESH]),
+                                                      params.tasks.carve_seed)}}
+                 if fresh else {})  # its origin in words, for every record that scores it
+        load.write_tables(tables, Path(params.paths.tasks) / task,
+                          {"checks": report, **own, **about})
         metrics = {"task": task,
                    "source": "custom" if spec.custom else "mirror" if mirror else "hub",
-                   "rows": {s: len(t) for s, t in tables.items()}, "splits": spec.sources,
+                   "rows": {s: len(t) for s, t in tables.items()},
+                   "splits": {**spec.sources, **{s: a["source"] for s, a in about.items()}},
                    "checks_passed": all(r["success"] for r in report.values())}
         record(params, stem, metrics, ("rows",), context=context)
     log.info("%s: %s", task, metrics["rows"])

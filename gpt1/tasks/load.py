@@ -8,6 +8,7 @@ splits are carved out with a seeded rule; the hub path maps hub columns the same
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -23,12 +24,13 @@ from gpt1.errors import Gpt1Error
 from gpt1.tasks.custom import read_custom
 from gpt1.tasks.gate import check_task_tables
 from gpt1.tasks.mirror_formats import Row, read_rows, row
-from gpt1.tasks.registry import CANONICAL_COLUMNS, SPLITS, TASKS, TaskSpec
+from gpt1.tasks.registry import CANONICAL_COLUMNS, FRESH, SPLITS, TASKS, TaskSpec
 
 log = logging.getLogger(__name__)
 
 Tables = dict[str, pd.DataFrame]
-"""Canonical split name (train / dev / test) -> canonical table (registry.CANONICAL_COLUMNS)."""
+"""Canonical split name (train / dev / test, and `fresh` where carved) -> canonical table
+(registry.CANONICAL_COLUMNS)."""
 HubLoader = Callable[..., Any]
 """datasets.load_dataset or a fake with the same (path, name, split=) signature."""
 
@@ -80,6 +82,27 @@ def carve(df: pd.DataFrame, n_held: int, seed: int, by: str | None = None
     take = set(order[: int(np.searchsorted(np.cumsum(sizes), n_held)) + 1])
     mask = keys.isin(take).to_numpy()
     return df[~mask].reset_index(drop=True), df[mask].reset_index(drop=True)
+
+
+def carve_fresh(tables: Tables, n_rows: int | None, seed: int) -> Tables:
+    """`tables` with about `n_rows` rows of train moved to the `fresh` split (tasks.fresh_examples,
+    seed tasks.carve_seed): `carve` of train by whole groups of rows sharing text_a (a QNLI
+    question, an SST-2 sentence), so no text of the fresh split is trained on; every training
+    sample and pilot split is later drawn from the train that is left. Unchanged for None."""
+    if n_rows is None:
+        return tables
+    if n_rows >= len(tables["train"]) // 2:
+        raise Gpt1Error(f"tasks.fresh_examples: {n_rows} is not below half of the "
+                        f"{len(tables['train'])}-row training pool it is carved from")
+    rest, fresh = carve(tables["train"], n_rows, seed, by="text_a")
+    return {**tables, "train": rest, FRESH: fresh}
+
+
+def fresh_source(spec: TaskSpec, n_rows: int, seed: int) -> str:
+    """The fresh split in words: where its rows come from and how they were chosen."""
+    return (f"{n_rows:,} rows carved (seed {seed}, whole text_a groups) from "
+            f"{spec.sources['train']}: the fresh split, scored by every arm, outside every "
+            "training sample and pilot split")
 
 
 def _n_dev(spec: TaskSpec, cfg: TasksCfg, n_rows: int) -> int:
@@ -206,44 +229,65 @@ def load_task(spec: TaskSpec, cfg: TasksCfg, mirror_dir: str | Path | None,
 
 def write_tables(tables: Tables, out_dir: str | Path,
                  reports: dict[str, Any] | None = None) -> None:
-    """<out_dir>/{train,dev,test}.parquet (+ <name>.json per report), as one directory,
-    atomically."""
+    """<out_dir>/{train,dev,test}.parquet (and fresh.parquet where `tables` has the split),
+    + <name>.json per report, as one directory, atomically."""
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
-        for split in SPLITS:
+        for split in (*SPLITS, *(s for s in tables if s == FRESH)):
             tables[split].to_parquet(tmp / f"{split}.parquet", index=False)
         for name, report in (reports or {}).items():
             atomic.write_json(tmp / f"{name}.json", report)
 
 
 def read_tables(task_dir: str | Path) -> Tables:
-    """Inverse of write_tables; a missing split file is a Gpt1Error naming it."""
-    out = {}
-    for split in SPLITS:
-        path = Path(task_dir) / f"{split}.parquet"
-        df = read_parquet_artifact(path, "prepare_task")
-        missing = [c for c in CANONICAL_COLUMNS if c not in df.columns]
-        if missing:
-            raise Gpt1Error(f"not a canonical task table (no column {missing[0]!r}); re-run "
-                            "the prepare_task stage", path)
-        if df.empty:
-            raise Gpt1Error("no rows; re-run the prepare_task stage", path)
-        df["choices"] = df["choices"].map(list)
-        out[split] = df
-    return out
+    """Inverse of write_tables for train / dev / test; a missing split file is a Gpt1Error
+    naming it (the fresh split: `read_fresh`)."""
+    return {split: _read_table(Path(task_dir) / f"{split}.parquet") for split in SPLITS}
+
+
+def read_fresh(task_dir: str | Path) -> tuple[pd.DataFrame, str] | None:
+    """The task's fresh split (tasks.fresh_examples) and its origin in words (`fresh_source`,
+    written beside it by prepare_task); None where prepare_task carved none."""
+    path = Path(task_dir) / f"{FRESH}.parquet"
+    if not path.is_file():
+        return None
+    about = Path(task_dir) / f"{FRESH}.json"
+    try:
+        source = str(json.loads(about.read_text(encoding="utf-8"))["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise Gpt1Error("missing or damaged (it names the fresh split's origin); re-run the "
+                        "prepare_task stage", about) from None
+    return _read_table(path), source
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    """One canonical table written by prepare_task (Gpt1Error naming a missing, damaged,
+    non-canonical or empty file)."""
+    df = read_parquet_artifact(path, "prepare_task")
+    missing = [c for c in CANONICAL_COLUMNS if c not in df.columns]
+    if missing:
+        raise Gpt1Error(f"not a canonical task table (no column {missing[0]!r}); re-run "
+                        "the prepare_task stage", path)
+    if df.empty:
+        raise Gpt1Error("no rows; re-run the prepare_task stage", path)
+    df["choices"] = df["choices"].map(list)
+    return df
 
 
 def validate_tables(tables: Tables, spec: TaskSpec, base: str | Path,
                     docs_dir: str | Path | None = None) -> dict[str, Any]:
     """Run the task's great-expectations suite on every split (one Data Docs site over the
     splits in docs_dir when given); the first violation raises a Gpt1Error naming the file and
-    line it came from (base = the mirror's tasks/ folder)."""
-    for split in SPLITS:
+    line it came from (base = the mirror's tasks/ folder). The fresh split, where carved, is
+    checked like the others."""
+    splits = [s for s in (*SPLITS, FRESH) if s in tables or s in SPLITS]
+    for split in splits:
         if tables[split].empty:  # every check of an empty table passes; the next stage fails
-            raise Gpt1Error(f"{spec.name}/{split}: no rows (from {spec.sources[split]}); "
-                            "every split needs examples")
-    report = check_task_tables({s: tables[s] for s in SPLITS}, spec, docs_dir)
-    for split in SPLITS:
+            origin = spec.sources.get(split, f"carved from {spec.sources['train']}")
+            raise Gpt1Error(f"{spec.name}/{split}: no rows (from {origin}); every split needs "
+                            "examples")
+    report = check_task_tables({s: tables[s] for s in splits}, spec, docs_dir)
+    for split in splits:
         rep = report[split]
         if rep["success"]:
             continue

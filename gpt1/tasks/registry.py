@@ -21,6 +21,10 @@ Origin = Literal["official train", "official dev", "official test", "held-out", 
 a part of the official train held out in the mirror's files, or carved (seeded) by us."""
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 """Canonical splits: train = fitted, dev = model selection per epoch, test = reported."""
+FRESH = "fresh"
+"""The optional fourth split (tasks.fresh_examples): labelled rows carved from train before
+anything is drawn from it, scored by every fine-tuning arm beside test and never trained or
+piloted on (gpt1.tasks.load.carve_fresh)."""
 
 CANONICAL_COLUMNS: tuple[str, ...] = (
     "id", "text_a", "text_b", "choices", "label", "group", "source"

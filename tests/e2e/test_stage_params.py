@@ -45,6 +45,7 @@ BRANCHES = {
                       "pretrain.nproc"),
     "prepare_task": ("tasks.test_frac",),                              # SciTail's carve
     "lr_pilot": LSTM, "curve_n": LSTM,                                 # the LSTM arm piloted
+    "report": ("report.max_seeds",),                                  # (a) on a fresh split
 }
 """Keys a stage reads on a branch the tiny run does not take."""
 

@@ -1,5 +1,6 @@
 """Tiny runs on disk: tokenizer and shards for a pre-training, a random pre-trained checkpoint,
-a fine-tuned task model and its export-hf folder."""
+stand-in pre-trained LMs for the fine-tuning stages, a fine-tuned task model and its export-hf
+folder."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 import torch
 import yaml
 
-from gpt1 import bpe, checkpoint
+from gpt1 import bpe, checkpoint, networks
 from gpt1.config import parse_params
 from gpt1.data import shards
+from gpt1.data.clean import standardize_texts
 from gpt1.export import export_hf
 from gpt1.model import GPT
 from tests.helpers.params import make_params_dict
@@ -44,6 +46,18 @@ def prepare_run(tmp_path: Path, name: str, overrides: dict, tok_seed: int = 0
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path, params
+
+
+def stand_in_lms(params, texts: list[str]) -> None:
+    """A tokenizer learnt on `texts` and random Transformer and LSTM LMs saved as pre-training
+    seed p<first>'s runs: what the fine-tuning stages load, without a pre-training."""
+    tok = bpe.train_bpe(standardize_texts([" ".join(texts)] * 3), params.bpe,
+                        params.paths.tokenizer)
+    for kind in ("transformer", "lstm"):
+        model = networks.build_model(kind, params, tok.vocab_size)
+        checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
+            "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
+            "params": params.as_dict(), "step": 0})
 
 
 def random_run(params, run_dir: Path, tok_hash: str, vocab: int) -> GPT:

@@ -10,9 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpt1 import bpe, checkpoint, networks
 from gpt1.config import parse_params
-from gpt1.data.clean import standardize_texts
 from gpt1.finetune import selection_key, warmup_steps
 from gpt1.records import read_metrics
 from gpt1.stages import data as data_stages
@@ -28,6 +26,7 @@ def _ids(path: str | Path) -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory):
     from tests.helpers.params import make_params_dict
+    from tests.helpers.runs import stand_in_lms
     from tests.helpers.task_mirror import write_mirror
 
     tmp_path = tmp_path_factory.mktemp("selection")
@@ -42,13 +41,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory):
         "tasks": {"dev_examples": {"story_cloze": 6}}, "bpe": {"n_merges": 20}}), "tiny")
     data_stages.prepare_task(params, "sst2")
     train = pd.read_parquet(Path(params.paths.tasks) / "sst2" / "train.parquet")
-    tok = bpe.train_bpe(standardize_texts([" ".join(train["text_a"])] * 3), params.bpe,
-                        params.paths.tokenizer)
-    for kind in ("transformer", "lstm"):  # stand-ins: pre-trained LMs of pre-training seed 1234
-        model = networks.build_model(kind, params, tok.vocab_size)
-        checkpoint.write_model(checkpoint.pretrain_dir(params, kind), model, {
-            "kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
-            "params": params.as_dict(), "step": 0})
+    stand_in_lms(params, train["text_a"].tolist())  # pre-trained LMs of pre-training seed 1234
     lr_pilot_stages.lr_pilot_full(params, "sst2")
     lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
     finetune_stages.finetune(params, "sst2")

@@ -258,3 +258,27 @@ def test_real_kshot_tsvs(make_params) -> None:
             assert sorted({r["label"] for r in rows}) == sorted(set(mapping.values()))
             total += len(rows)
         assert total == 5 * n
+
+
+def test_the_fresh_split_is_written_read_and_gated_like_the_others(tmp_path: Path) -> None:
+    from gpt1.tasks.load import read_fresh, to_table
+    from gpt1.tasks.mirror_formats import row
+
+    spec = TASKS["sst2"]
+    good = to_table([row(f"r{i}", f"s {i}", "", i % 2, f"f.tsv:{i}") for i in range(10)], spec)
+    tables = {"train": good, "dev": good, "test": good}
+    write_tables(tables, tmp_path / "plain")
+    assert read_fresh(tmp_path / "plain") is None  # none carved: none read
+    write_tables({**tables, "fresh": good[:4]}, tmp_path / "carved", {"fresh": {"source": "x"}})
+    fresh = read_fresh(tmp_path / "carved")
+    assert fresh is not None and fresh[0]["id"].tolist() == ["r0", "r1", "r2", "r3"]
+    assert fresh[1] == "x" and set(read_tables(tmp_path / "carved")) == set(SPLITS)
+    (tmp_path / "carved" / "fresh.json").unlink()
+    with pytest.raises(Gpt1Error, match="names the fresh split's origin"):
+        read_fresh(tmp_path / "carved")
+    bad = good.copy()
+    bad.loc[2, "label"] = 7
+    report = validate_tables({**tables, "fresh": good}, spec, tmp_path)
+    assert report["fresh"]["success"] and report["fresh"]["n_rows"] == 10
+    with pytest.raises(Gpt1Error, match=r"line 2: label outside .*rows in fresh"):
+        validate_tables({**tables, "fresh": bad}, spec, tmp_path)
