@@ -93,8 +93,8 @@ def run_url(params: Params, run_id: str) -> str:
 
 def experiment_url(params: Params) -> str:
     """Link to the runs table of experiment params.tracking.experiment in the MLflow UI (the
-    UI's own home page is its GenAI overview); the experiments list until that experiment
-    exists, or when the store does not answer."""
+    UI's own home page is its getting-started page); the experiments list until that
+    experiment exists, or when the store does not answer."""
     base = params.tracking.ui_url.rstrip("/")
     try:
         experiment = store.client(params).get_experiment_by_name(params.tracking.experiment)
