@@ -78,11 +78,14 @@ def pilot_choice(params: Params, arm: str, task: str) -> tuple[float | None, flo
     pilot = params.ablations.pilot
     if arm not in pilot.variants or task not in params.ablations.tasks:
         return None, None
-    run = pilot_run(arm, task)
+    return read_choice(params, pilot_run(arm, task))
+
+
+def read_choice(params: Params, run: StageRun) -> tuple[float, float | None]:
+    """(lr, warm-up fraction) pilot run `run` chose (its record)."""
     record = records.read_record(params.paths.metrics, run.stem)
     if record is None:
-        raise Gpt1Error(f"no pilot record for {arm} on {task}: run `dvc repro "
-                        f"{run.address}` first",
+        raise Gpt1Error(f"no pilot record {run.stem}: run `dvc repro {run.address}` first",
                         records.record_paths(params.paths.metrics, run.stem)[0])
     warmup = record.get("chosen_warmup")
     return float(record["chosen_lr"]), None if warmup is None else float(warmup)
@@ -93,6 +96,36 @@ def arm_params(params: Params, arm: str, task: str) -> Params:
     (lr, warm-up) its pilot chose where ablations.pilot tunes it on `task`, else at the
     recipe's."""
     return ablation_params(params, arm, *pilot_choice(params, arm, task))
+
+
+DOSE_PILOT_DIR = "pilot_dose"
+"""The dose pilots' folder under paths.finetuned (apart from lr_pilot's, which other stages
+depend on)."""
+
+
+def dose_params(params: Params, tokens: int) -> Params:
+    """The params of the dose curve's budget of `tokens` pre-training tokens (a value of
+    curves.dose_tokens) and of what fine-tunes from it: pretrain.max_tokens = tokens, so the
+    run has its own warm-up and decays to 0 at its own end, and its runs live under
+    paths.dose_checkpoints/<tokens> (gpt1.checkpoint.pretrain_dir adds p<seed>)."""
+    if tokens not in params.curves.dose_tokens:
+        raise Gpt1Error(f"{tokens} tokens: not a budget of curves.dose_tokens "
+                        f"{list(params.curves.dose_tokens)}")
+    return override(params, pretrain={"max_tokens": tokens},  # a run with no dose curve below
+                    curves={"dose_tokens": [], "dose_tasks": []},
+                    paths={"checkpoints": str(Path(params.paths.dose_checkpoints) / str(tokens))})
+
+
+def dose_pilot_run(task: str, tokens: int) -> StageRun:
+    """The pilot of the dose curve's budget of `tokens` tokens on `task`."""
+    return StageRun.of("pilot_dose", task=task, tokens=tokens)
+
+
+def dose_arm_params(params: Params, task: str, tokens: int) -> Params:
+    """The finetune params of the dose curve's budget of `tokens` tokens on `task`: the `full`
+    row's recipe at the (lr, warm-up) its own pilot chose, from that budget's runs."""
+    return ablation_params(dose_params(params, tokens), FULL_ARM,
+                           *read_choice(params, dose_pilot_run(task, tokens)))
 
 
 def arm_body(params: Params, arm: str) -> str:

@@ -71,6 +71,28 @@ def _distinct_ids(values: tuple[int, ...]) -> tuple[int, ...]:
 
 IdTuple = Annotated[IntTuple, AfterValidator(_distinct_ids)]
 """Seeds or ids: non-empty, unique, non-negative."""
+
+
+def _distinct_indices(values: tuple[int, ...]) -> tuple[int, ...]:
+    """A list of indices that may be empty (nothing to run): none negative, none twice."""
+    return _distinct_ids(values) if values else values
+
+
+IndexTuple = Annotated[IntTuple, AfterValidator(_distinct_indices)]
+"""Indices: unique, non-negative; empty = none."""
+
+
+def _rising(values: tuple[int, ...]) -> tuple[int, ...]:
+    """Budgets in increasing order, each positive (an empty list: none)."""
+    if any(v <= 0 for v in values):
+        raise ValueError(f"must be positive, got {list(values)}")
+    if list(values) != sorted(set(values)):
+        raise ValueError(f"must rise strictly (no value twice), got {list(values)}")
+    return values
+
+
+BudgetTuple = Annotated[IntTuple, AfterValidator(_rising)]
+"""Budgets (tokens): positive, strictly increasing; empty = none."""
 NameTuple = Annotated[StrTuple, AfterValidator(_distinct)]
 """Names of tasks, arms, stages or tokens: each once."""
 
@@ -113,6 +135,9 @@ class Paths(Section):
     """Directory of binary token shards (train_*.bin, val_*.bin, index.json)."""
     checkpoints: str
     """Pre-training run directory of the Transformer (checkpoints, final weights)."""
+    dose_checkpoints: str
+    """The dose curve's pre-training runs of the Transformer: <dose_checkpoints>/<tokens>/p<seed>,
+    one complete run per budget of curves.dose_tokens (stage pretrain_dose)."""
     lstm_checkpoints: str
     """Pre-training run directory of the LSTM baseline."""
     tasks: str
@@ -577,6 +602,8 @@ class FloorCfg(Section):
 
 FULL_ARM = "full"
 """The finetune stage's row (pre-trained, aux LM): piloted like an ablation variant."""
+SCRATCH_ARM = "scratch"
+"""Table 5's row without pre-training: finding (a)'s baseline and the dose curve's dose 0."""
 
 
 class AblationsCfg(Section):
@@ -636,9 +663,21 @@ class CurvesCfg(Section):
     ablations.presets (at the lr its pilot chose); the bag-of-words floor runs at every n."""
     compute_n: PosInt
     """Training examples per run of the pre-training-compute curve (the `full` recipe)."""
-    checkpoints: IdTuple
+    checkpoints: IndexTuple
     """Kept zero-shot checkpoints the compute curve fine-tunes from, by index in step order
-    (0 = step 0, the random init; pretrain.zero_shot_checkpoints - 1 = the last)."""
+    (0 = step 0, the random init; pretrain.zero_shot_checkpoints - 1 = the last); empty = no
+    compute curve. Mid-run checkpoints of one schedule, not a dose-response (`dose_tokens`)."""
+    dose_tokens: BudgetTuple
+    """The dose curve's pre-training budgets (tokens) below pretrain.max_tokens, at least two,
+    each a complete pre-training run of its own (stage pretrain_dose: its own pretrain.warmup_steps
+    warm-up, then its decay to 0 at its own end; not a checkpoint of the main run). The main run
+    (pretrain.max_tokens) is the curve's top dose and from scratch its dose 0. Empty = no dose
+    curve."""
+    dose_tasks: NameTuple
+    """Tasks of the dose curve, each in ablations.tasks (empty exactly when dose_tokens is):
+    every budget is fine-tuned as Table 5's `full` row (its training samples, seeds and scored
+    split) at the (lr, warm-up) of its own pilot (stage pilot_dose); dose 0 and the top dose are
+    Table 5's `scratch` and `full` rows, each at its own pilot's choice."""
 
     @model_validator(mode="after")
     def _positive_ns(self) -> CurvesCfg:
@@ -894,6 +933,49 @@ class Params(Section):
         if bad_k:
             raise ValueError(f"curves.checkpoints: index {bad_k[0]} >= "
                              f"pretrain.zero_shot_checkpoints ({kept})")
+        self._check_dose()
+
+    def _check_dose(self) -> None:
+        """The dose curve: budgets below the main run's that leave its own decay after the
+        warm-up, on tasks whose `full` and `scratch` rows are piloted (dose 0 and the top)."""
+        curves, pre = self.curves, self.pretrain
+        if bool(curves.dose_tokens) != bool(curves.dose_tasks):
+            raise ValueError("curves.dose_tokens: the dose curve needs both dose_tokens and "
+                             f"dose_tasks, or neither (got {list(curves.dose_tokens)} and "
+                             f"{list(curves.dose_tasks)})")
+        if not curves.dose_tokens:
+            return
+        if len(curves.dose_tokens) < 2:
+            raise ValueError(f"curves.dose_tokens: at least two budgets below the main run's "
+                             f"(three with it), got {list(curves.dose_tokens)}")
+        if pre.max_tokens is None or pre.import_hf is not None:
+            raise ValueError("curves.dose_tokens: the dose curve pre-trains runs of its own "
+                             "beside the main one, which needs pretrain.max_tokens (not epochs) "
+                             "and no pretrain.import_hf")
+        if curves.dose_tokens[-1] >= pre.max_tokens:
+            raise ValueError(f"curves.dose_tokens: {curves.dose_tokens[-1]} is not below "
+                             f"pretrain.max_tokens ({pre.max_tokens}), the main run, which is "
+                             "the curve's top dose")
+        per_update = pre.batch_seqs * pre.seq_len
+        if curves.dose_tokens[0] // per_update <= pre.warmup_steps:
+            raise ValueError(f"curves.dose_tokens: {curves.dose_tokens[0]} tokens are "
+                             f"{curves.dose_tokens[0] // per_update} updates of {per_update}, "
+                             f"not more than pretrain.warmup_steps ({pre.warmup_steps}): the "
+                             "run would end in its warm-up")
+        bad = [t for t in curves.dose_tasks if t not in self.ablations.tasks]
+        if bad:
+            raise ValueError(f"curves.dose_tasks: {bad[0]!r} not in ablations.tasks "
+                             f"{list(self.ablations.tasks)} (Table 5's full and scratch rows "
+                             "are the curve's top dose and dose 0)")
+        abl = self.ablations
+        if SCRATCH_ARM not in abl.variants or {FULL_ARM, SCRATCH_ARM} - set(abl.pilot.variants):
+            raise ValueError("curves.dose_tokens: the dose curve needs ablations.variants to "
+                             f"list {SCRATCH_ARM!r} and ablations.pilot.variants to list "
+                             f"{FULL_ARM!r} and {SCRATCH_ARM!r}: every dose at its own pilot's "
+                             "choice")
+        if abl.presets[SCRATCH_ARM].init != "scratch":
+            raise ValueError(f"curves.dose_tokens: dose 0 is ablations.presets.{SCRATCH_ARM}, "
+                             "whose init must be scratch (no pre-training)")
 
     def _check_floor(self) -> None:
         """The floor's min_df is at most the fewest training texts it fits on where params fix

@@ -189,7 +189,8 @@ RECORD_FIELDS: dict[str, tuple[str, Any]] = {
                  and all(isinstance(x, str) for x in v.values())),
 }
 """Fields the report reads from a record -> (what they must be, check)."""
-SCORED_STEMS = ("finetune_", "layers_", "curve_n_", "curve_floor_", "curve_step_")
+SCORED_STEMS = ("finetune_", "layers_", "curve_n_", "curve_floor_", "curve_step_",
+                "curve_dose_")
 """Records whose `scores` are {metric: {"mean", "sd", "per_seed"}} (fine-tuning, Figure 2 left,
 the curves' points: gpt1/report/curves.py reads their mean and per_seed)."""
 

@@ -42,6 +42,8 @@ ARGUMENTS: dict[str, tuple[type, str]] = {
     "arm": (str, "a neural arm of the labelled-data curve: a value of params curves.arms"),
     "checkpoint": (int, "a kept zero-shot checkpoint, by index in step order: a value of "
                         "params curves.checkpoints"),
+    "tokens": (int, "a pre-training budget of the dose curve: a value of params "
+                    "curves.dose_tokens"),
     PRETRAIN_SEED: (int, "pre-training run: a value of params pretrain.seeds (default: the "
                          "first)"),
 }
@@ -126,6 +128,16 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           ("task", "checkpoint", PRETRAIN_SEED),
           over=("curves.tasks", "curves.checkpoints", *_SEEDS), device=True, seeded=True,
           stem="curve_step_{task}_{checkpoint}"),
+    Stage("pretrain_dose", "gpt1.stages.pretrain:pretrain_dose", ("tokens",),
+          ("tokens", PRETRAIN_SEED), over=("curves.dose_tokens", *_SEEDS), device=True,
+          launched=True, seeded=True, stem="pretrain_dose_{tokens}"),
+    Stage("pilot_dose", "gpt1.stages.lr_pilot:pilot_dose", ("task", "tokens"),
+          ("task", "tokens"), over=("curves.dose_tasks", "curves.dose_tokens"), device=True,
+          stem="pilot_dose_{task}_{tokens}"),
+    Stage("curve_dose", "gpt1.stages.curves:curve_dose", ("task", "tokens"),
+          ("task", "tokens", PRETRAIN_SEED),
+          over=("curves.dose_tasks", "curves.dose_tokens", *_SEEDS), device=True, seeded=True,
+          stem="curve_dose_{task}_{tokens}"),
     Stage("zeroshot", "gpt1.stages.zeroshot:zeroshot", address=_SEED, over=_SEEDS,
           device=True, seeded=True),
     Stage("zeroshot_lstm", "gpt1.stages.zeroshot:zeroshot_lstm", address=_SEED, over=_SEEDS,

@@ -1,13 +1,17 @@
 """Where pre-training can show, in the report: the labelled-data curve
 (accuracy vs training examples n, one line per arm of curves.arms and the bag-of-words
-floor) and the pre-training-compute curve (fine-tuned accuracy vs the pre-training step the
-run started from), each point with its 95 % run-level bootstrap band, the compute curve's
-slope test over the checkpoints after warm-up and, apart, step 0 vs the final checkpoint.
-Read from the records of the curve_n, curve_floor and curve_step stages (gpt1/stages/curves.py)
-and their per-example prediction files. Every point goes through the findings' flag rule
-(`contrasts.arm_flags`: at least half its runs answer one class, or its CI does not clear the
-majority baseline): a flagged point is marked in the tables and drawn hollow, the slope is
-fitted over unflagged points only, and a contrast with a flagged point says so."""
+floor), the pre-training-compute curve (fine-tuned accuracy vs the step of the mid-run
+checkpoint of one schedule the run started from: not a dose-response) and the dose curve
+(fine-tuned accuracy vs the pre-training tokens of separately trained runs, from scratch as
+dose 0), each point with its 95 % run-level bootstrap band; the compute curve's slope test over
+the checkpoints after warm-up and, apart, step 0 vs the final checkpoint; the dose curve's
+slope over log10(tokens). Read from the records of the curve_n, curve_floor, curve_step and
+curve_dose stages (gpt1/stages/curves.py), Table 5's full and scratch records (the dose curve's
+top dose and dose 0) and their per-example prediction files. Every point goes through the
+findings' flag rule (`contrasts.arm_flags`: at least half its runs answer one class, or its CI
+does not clear the majority baseline): a flagged point is marked in the tables and drawn
+hollow, each slope is fitted over unflagged points only, and a contrast with a flagged point
+says so."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gpt1 import stats
-from gpt1.config import Params
+from gpt1.config import SCRATCH_ARM, Params
 from gpt1.records import Metrics
 from gpt1.report.contrasts import (
     RunPreds,
@@ -157,6 +161,21 @@ def _term(task: str, recs: Sequence[Mapping[str, Any]], weight: float) -> Term |
     return None if runs is None else component_term(runs, component(task), weight)
 
 
+def log_slope(params: Params, task: str,
+              points: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]
+              ) -> stats.RunBootstrap | None:
+    """The hierarchical bootstrap of the least-squares slope of accuracy over log10(x) through
+    `points` (x > 0, the records of its runs), over the runs every point has; None with fewer
+    than two points or without prediction files."""
+    if len(points) < 2:
+        return None
+    w = stats.slope_weights([slope_x(x) for x, _ in points])
+    terms = [_term(task, recs, float(wk)) for (_, recs), wk in zip(points, w, strict=True)]
+    if any(t is None for t in terms):
+        return None
+    return run_contrast([t for t in terms if t is not None], params)
+
+
 def compute_slope(params: Params, metrics: Metrics, task: str
                   ) -> tuple[stats.RunBootstrap | None, list[int]]:
     """(the hierarchical bootstrap of the least-squares slope of accuracy over log10(step),
@@ -165,14 +184,41 @@ def compute_slope(params: Params, metrics: Metrics, task: str
     every = compute_records(params, metrics, task)
     flagged = {p.x for p in compute_curve(params, metrics, task) if p.flags}
     steps = [s for s in slope_steps(params, [s for s, _ in every]) if s not in flagged]
-    points = [(s, recs) for s, recs in every if s in steps]
-    if len(points) < 2:
-        return None, steps
-    w = stats.slope_weights([slope_x(s) for s in steps])
-    terms = [_term(task, recs, float(wk)) for (_, recs), wk in zip(points, w, strict=True)]
-    if any(t is None for t in terms):
-        return None, steps
-    return run_contrast([t for t in terms if t is not None], params), steps
+    return log_slope(params, task, [(s, recs) for s, recs in every if s in steps]), steps
+
+
+def dose_records(params: Params, metrics: Metrics, task: str
+                 ) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(pre-training tokens, the records of that dose) for every dose of the dose curve with
+    records, in dose order: 0 = Table 5's from-scratch row, each budget of curves.dose_tokens
+    (stage curve_dose), and pretrain.max_tokens = Table 5's `full` row (the main run). Without
+    curves.dose_tokens, none."""
+    if not params.curves.dose_tokens or params.pretrain.max_tokens is None:
+        return []
+    doses = [(0, record_prefix("ablation", task=task, variant=SCRATCH_ARM)),
+             *((t, record_prefix("curve_dose", task=task, tokens=t))
+               for t in params.curves.dose_tokens),
+             (params.pretrain.max_tokens, record_prefix("finetune", task=task))]
+    return [(x, recs) for x, prefix in doses if (recs := _stem_records(metrics, prefix))]
+
+
+def dose_curve(params: Params, metrics: Metrics, task: str) -> list[Point]:
+    """The dose curve: one point per dose with records, x = its pre-training tokens."""
+    return [p for x, recs in dose_records(params, metrics, task)
+            if (p := _point(params, task, x, recs)) is not None]
+
+
+def dose_slope(params: Params, metrics: Metrics, task: str
+               ) -> tuple[stats.RunBootstrap | None, list[int]]:
+    """(the hierarchical bootstrap of the least-squares slope of accuracy over
+    log10(pre-training tokens) through the unflagged pre-trained doses, over the runs every
+    one has; their tokens). Dose 0 is left out: log10(0) is undefined, and pre-trained or not
+    is finding (a)'s contrast. None with fewer than two such doses or without prediction
+    files."""
+    curve = {p.x: p for p in dose_curve(params, metrics, task)}
+    points = [(x, recs) for x, recs in dose_records(params, metrics, task)
+              if x > 0 and x in curve and not curve[x].flags]
+    return log_slope(params, task, points), [x for x, _ in points]
 
 
 def compute_jump(params: Params, metrics: Metrics, task: str
@@ -217,13 +263,18 @@ def curves_section(params: Params, metrics: Metrics) -> list[str]:
     """The report's section: both curves as tables (x 100, 95 % run-level bootstrap CI in
     brackets), the figure, and the compute curve's slope test; empty without curve records."""
     out: list[str] = []
+    what = ("labelled data and pre-training compute" if not params.curves.dose_tokens else
+            "labelled data, pre-training compute and dose" if params.curves.checkpoints else
+            "labelled data and pre-training dose")
+    head = [f"## Where pre-training can show: {what}", "",
+            f"![Curves: {what}]({FIGURE})" if params.curves.dose_tokens
+            else f"![Labelled-data and pre-training-compute curves]({FIGURE})", ""]
     for task in params.curves.tasks:
         labels, compute = label_curve(params, metrics, task), compute_curve(params, metrics, task)
         if not labels and not compute:
             continue
         if not out:
-            out += ["## Where pre-training can show: labelled data and pre-training compute", "",
-                    f"![Labelled-data and pre-training-compute curves]({FIGURE})", ""]
+            out += head
         ns = params.curves.ns
         if labels:
             out += [f"Labelled-data curve, {task.upper()} (x 100, test split; mean over runs, "
@@ -239,13 +290,69 @@ def curves_section(params: Params, metrics: Metrics) -> list[str]:
                                     [(f"{arm} n = {p.x:,}", p) for arm, pts in labels.items()
                                      for p in pts]), ""]
         if compute:
-            out += [f"Pre-training-compute curve, {task.upper()} (the `full` recipe on "
-                    f"{params.curves.compute_n:,} training examples, fine-tuned from each kept "
-                    "checkpoint; x 100): "
+            out += [f"Pre-training-compute curve, {task.upper()}: {MID_RUN} (the `full` recipe "
+                    f"on {params.curves.compute_n:,} training examples, fine-tuned from each kept "
+                    "checkpoint of one pre-training run, only the last one after its lr decay; "
+                    "x 100): "
                     + "; ".join(f"step {p.x:,}: {_band(p)}" for p in compute) + ".", "",
                     *flag_lines("compute curve", [(f"step {p.x:,}", p) for p in compute]), "",
                     *compute_tests(params, metrics, task), ""]
+    for task in params.curves.dose_tasks:
+        doses = dose_curve(params, metrics, task)
+        if doses:
+            out += ([] if out else head) + dose_lines(params, metrics, task, doses)
     return out
+
+
+MID_RUN = "mid-run checkpoints of one schedule (not a dose-response)"
+"""What the compute curve's points are, said wherever it is shown."""
+
+
+def dose_label(params: Params, x: int) -> str:
+    """A dose in words: from scratch (0), the main run (pretrain.max_tokens), or a budget."""
+    if x == 0:
+        return "from scratch (dose 0)"
+    return ("main run (`pretrain`)" if x == params.pretrain.max_tokens
+            else "own run (`pretrain_dose`)")
+
+
+def dose_lines(params: Params, metrics: Metrics, task: str, doses: Sequence[Point]
+               ) -> list[str]:
+    """The dose curve of `task` in the report: its table (each dose's tokens, the (lr,
+    warm-up) its runs used, its accuracy and flag), the flags and the slope test."""
+    recipe = {x: recs[0] for x, recs in dose_records(params, metrics, task)}
+    out = [f"Dose curve, {task.upper()}: fine-tuned accuracy against pre-training tokens, each "
+           "budget a complete pre-training run of its own (warm-up of "
+           f"{params.pretrain.warmup_steps:,} updates, then its decay to 0 at its own end; not a "
+           "checkpoint of another run), fine-tuned as Table 5's "
+           "`full` row (its training samples, seeds and scored split) at the (lr, warm-up) its "
+           "own pilot chose on the training pool; dose 0 is Table 5's from-scratch row and the "
+           "top dose the main run's `full` row, each at its own pilot's choice (x 100, test "
+           "split; mean over runs, 95 % run-level bootstrap CI in brackets):", "",
+           "| dose | pre-training tokens | lr, warm-up its runs used | accuracy |",
+           "|---|---:|---|---|"]
+    for p in doses:
+        m = recipe[p.x]
+        out.append(f"| {dose_label(params, p.x)} | {p.x:,} | lr {m.get('lr', 0):g}, warm-up "
+                   f"{m.get('warmup_frac', 0):g} | {_band(p)} |")
+    out += ["", *flag_lines("dose curve", [(f"{p.x:,} tokens" if p.x else dose_label(params, 0),
+                                            p) for p in doses]), ""]
+    b, used = dose_slope(params, metrics, task)
+    dropped = [p.x for p in doses if p.x > 0 and p.flags]
+    scope = ("over the unflagged pre-trained doses (dose 0 is left out: log10(0) is undefined, "
+             "and pre-trained or not is finding (a)'s contrast"
+             + (f"; flagged and left out: {', '.join(f'{x:,}' for x in dropped)} tokens"
+                if dropped else "") + ")")
+    if b is None:
+        return out + [f"Dose slope test {scope}: not run ({len(used)} such doses; it needs two "
+                      "or more, each with its prediction files); no verdict.", ""]
+    return out + [f"Dose slope test {scope}: least-squares slope of accuracy over "
+                  f"log10(pre-training tokens), {len(used)} doses "
+                  f"({', '.join(f'{x:,}' for x in used)} tokens), {b.runs} runs: "
+                  f"{_pts(b.ci.estimate)} points per decade, 95 % CI [{_pts(b.ci.low)}, "
+                  f"{_pts(b.ci.high)}] (hierarchical bootstrap, conditional on the pre-trained "
+                  f"models): **{stats.superiority(b)}** (held = CI above 0 and the same sign in "
+                  "every pre-training seed).", ""]
 
 
 def compute_tests(params: Params, metrics: Metrics, task: str) -> list[str]:
@@ -298,14 +405,17 @@ def _hollow(ax: Any, points: Sequence[Point], color: Any) -> None:
 
 
 def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
-    """Both curves of curves.tasks' first task as one PNG (written atomically, empty panels
+    """The curves of curves.tasks' first task as one PNG (written atomically, empty panels
     without records or without curves.tasks): left accuracy vs n (log x) per arm with the
-    floor dashed, right accuracy vs pre-training step (symlog x); shaded = 95 % run-level
-    bands."""
+    floor dashed; then accuracy vs pre-training step (symlog x; the compute curve, where
+    curves.checkpoints lists any); then accuracy vs pre-training tokens of curves.dose_tasks'
+    first task (symlog x, dose 0 = from scratch; where curves.dose_tokens lists any). Shaded =
+    95 % run-level bands, hollow = flagged."""
     task = params.curves.tasks[0] if params.curves.tasks else None
     labels, compute = ({}, []) if task is None else (label_curve(params, metrics, task),
                                                      compute_curve(params, metrics, task))
     name = "no curves.tasks" if task is None else task.upper()
+    dose_task = params.curves.dose_tasks[0] if params.curves.dose_tasks else None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -313,32 +423,47 @@ def plot_curves(params: Params, metrics: Metrics, path: str | Path) -> None:
 
     from gpt1 import atomic
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    panels = 1 + bool(params.curves.checkpoints) + (dose_task is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
+    left, *rest = axes[0]
     for arm, pts in labels.items():
-        xs, ys = [p.x for p in pts], [100 * p.mean for p in pts]
-        (line,) = left.plot(xs, ys, marker="o", label=arm,
-                            linestyle="--" if arm == FLOOR_ARM else "-")
-        _hollow(left, [p for p in pts if p.flags], line.get_color())
-        banded = [p for p in pts if p.low is not None and p.high is not None]
-        if banded:
-            left.fill_between([p.x for p in banded], [100 * (p.low or 0) for p in banded],
-                              [100 * (p.high or 0) for p in banded], alpha=0.2,
-                              color=line.get_color())
+        _draw(left, pts, label=arm, linestyle="--" if arm == FLOOR_ARM else "-")
     left.set(xscale="log", xlabel="labelled training examples n", ylabel="accuracy (%)",
              title=f"{name}: accuracy vs labelled data")
     if labels:
         left.legend()
-    if compute:
-        xs, ys = [p.x for p in compute], [100 * p.mean for p in compute]
-        (line,) = right.plot(xs, ys, marker="o")
-        _hollow(right, [p for p in compute if p.flags], line.get_color())
-        banded = [p for p in compute if p.low is not None and p.high is not None]
-        if banded:
-            right.fill_between([p.x for p in banded], [100 * (p.low or 0) for p in banded],
-                               [100 * (p.high or 0) for p in banded], alpha=0.2)
-    right.set(xscale="symlog", xlabel="pre-training updates", ylabel="accuracy (%)",
-              title=f"{name}: fine-tuned from each checkpoint (hollow: flagged)")
+    if params.curves.checkpoints:
+        right = rest.pop(0)
+        _draw(right, compute)
+        right.set(xscale="symlog", xlabel="pre-training updates", ylabel="accuracy (%)")
+        right.set_title(f"{name}: {MID_RUN}", fontsize=9)
+    if dose_task is not None:
+        ax, doses = rest.pop(0), dose_curve(params, metrics, dose_task)
+        _draw(ax, doses)
+        ax.set(xlabel="pre-training tokens (0 = from scratch)", ylabel="accuracy (%)")
+        ax.set_title(f"{dose_task.upper()}: dose curve, separately trained runs (hollow: "
+                     "flagged)", fontsize=9)
+        ax.set_xscale("symlog", linthresh=min([p.x for p in doses if p.x > 0] or [1]))
+        ax.set_xticks([p.x for p in doses], [_tokens_text(p.x) for p in doses])
     fig.tight_layout()
     with atomic.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=params.report.figure_dpi)
     plt.close(fig)
+
+
+def _tokens_text(x: int) -> str:
+    """A token count as a tick label: 0, 750k, 2.1M."""
+    return f"{x / 1e6:g}M" if x >= 10 ** 6 else f"{x / 1e3:g}k" if x >= 1000 else str(x)
+
+
+def _draw(ax: Any, pts: Sequence[Point], **line: Any) -> None:
+    """One curve: its means as a line, flagged points hollow, its 95 % run-level band."""
+    if not pts:
+        return
+    (drawn,) = ax.plot([p.x for p in pts], [100 * p.mean for p in pts], marker="o", **line)
+    _hollow(ax, [p for p in pts if p.flags], drawn.get_color())
+    banded = [p for p in pts if p.low is not None and p.high is not None]
+    if banded:
+        ax.fill_between([p.x for p in banded], [100 * (p.low or 0) for p in banded],
+                        [100 * (p.high or 0) for p in banded], alpha=0.2,
+                        color=drawn.get_color())

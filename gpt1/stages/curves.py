@@ -1,11 +1,13 @@
 """Where pre-training can show, as stages: the labelled-data curve (each
 arm of curves.arms fine-tuned on n training examples, stage curve_n; the bag-of-words floor
-at the same n, stage curve_floor) and the pre-training-compute curve (the `full` recipe
-fine-tuned from each kept zero-shot checkpoint of a pre-training run, stage curve_step). Each
-point runs one arm (gpt1/arm_run.py) on the params gpt1/arms.py composes for it, its training
-samples drawn outside the rows the task's pilot scored (`arms.outside_pilot`); every point is
-its own record, which the report's curves (gpt1/report/curves.py) read; a record's variant is
-curve_n_<arm> or curve_step, never a table row's (the tables read finetune_* records)."""
+at the same n, stage curve_floor), the pre-training-compute curve (the `full` recipe
+fine-tuned from each kept zero-shot checkpoint of a pre-training run, stage curve_step) and
+the dose curve (the `full` row fine-tuned from each budget's own pre-training run, stage
+curve_dose). Each point runs one arm (gpt1/arm_run.py) on the params gpt1/arms.py composes for
+it, its training samples drawn outside the rows the task's pilot scored (`arms.outside_pilot`;
+the dose curve's are Table 5's, outside them by construction); every point is its own record,
+which the report's curves (gpt1/report/curves.py) read; a record's variant is curve_n_<arm>,
+curve_step or curve_dose, never a table row's (the tables read finetune_* records)."""
 
 from __future__ import annotations
 
@@ -15,14 +17,14 @@ from typing import Any
 from gpt1 import atomic, hf_stand_in, names
 from gpt1 import checkpoint as ckpt
 from gpt1.arm_run import run_arm, run_floor
-from gpt1.arms import arm_body, arm_params, outside_pilot, with_caps
+from gpt1.arms import arm_body, arm_params, dose_arm_params, outside_pilot, with_caps
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
 from gpt1.floor import VARIANT as FLOOR_ARM
 from gpt1.records import StageContext
 from gpt1.stage_table import StageRun, record_prefix, resolve_pretrain_seed
 
-N_PREFIX, STEP_PREFIX = "curve_n", "curve_step"
+N_PREFIX, STEP_PREFIX, DOSE_PREFIX = "curve_n", "curve_step", "curve_dose"
 """The points' folders under paths.finetuned and their records' variants (the stems are
 gpt1.stage_table's)."""
 
@@ -101,3 +103,18 @@ def curve_step(params: Params, task: str, checkpoint: int,
     return run_arm(run, task, STEP_PREFIX, names.TRANSFORMER, pretrain_seed,
                    out=f"{STEP_PREFIX}/{task}_{checkpoint}", stem=stem, record_params=params,
                    step=steps[checkpoint], held_out=held, context=context)
+
+
+def curve_dose(params: Params, task: str, tokens: int, pretrain_seed: int | None = None, *,
+               context: StageContext | None = None) -> dict[str, Any]:
+    """The dose curve at one budget: Table 5's `full` row on `task` (its training samples,
+    seeds and scored split) fine-tuned from pre-training run `pretrain_seed` of `tokens` tokens
+    (stage pretrain_dose), at the (lr, warm-up) that budget's own pilot chose (stage
+    pilot_dose). Record curve_dose_<task>_<tokens>_p<pretrain_seed>; the curve's top dose and
+    dose 0 are Table 5's own full and scratch records."""
+    if task not in params.curves.dose_tasks:
+        raise Gpt1Error(f"task {task!r} not in curves.dose_tasks {list(params.curves.dose_tasks)}")
+    return run_arm(dose_arm_params(params, task, tokens), task, DOSE_PREFIX, names.TRANSFORMER,
+                   pretrain_seed, out=f"{DOSE_PREFIX}/{task}_{tokens}",
+                   stem=record_prefix("curve_dose", task=task, tokens=tokens),
+                   record_params=params, context=context)

@@ -10,7 +10,15 @@ import pandas as pd
 
 from gpt1 import atomic, tracking
 from gpt1.arm_run import run_arm
-from gpt1.arms import ablation_params, arm_body, pilot_run, pilot_split
+from gpt1.arms import (
+    DOSE_PILOT_DIR,
+    ablation_params,
+    arm_body,
+    dose_params,
+    dose_pilot_run,
+    pilot_run,
+    pilot_split,
+)
 from gpt1.config import FULL_ARM, Params, override
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import pilot_key, resolve_hparams
@@ -55,19 +63,25 @@ def lr_pilot(params: Params, task: str, variant: str, *,
     the configuration the arm's confirmatory runs use. The fine-tuning recipe (finetune.lr and
     warmup_frac) is scored too, as its own row, never chosen. Runs on the first pre-training
     seed; no scored split is touched."""
-    cfg = params.ablations.pilot
     abl = params.ablations
     if variant not in (*abl.variants, FULL_ARM) or task not in abl.tasks:
         raise Gpt1Error(f"{variant!r} / {task!r}: not in ablations.variants "
                         f"{list(abl.variants)} (or full) x ablations.tasks {list(abl.tasks)}")
+    return _pilot(params, params, task, variant, pilot_run(variant, task).stem,
+                  Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}", context)
+
+
+def _pilot(params: Params, record_params: Params, task: str, variant: str, stem: str,
+           base: Path, context: StageContext | None) -> dict[str, Any]:
+    """`lr_pilot` of `variant` on `task` fine-tuning the pre-training runs `params` name,
+    written under `base` and recorded as `stem` with `record_params`."""
+    cfg = params.ablations.pilot
     spec, pretrain_seed = load.task_spec(params, task), params.pretrain.seeds[0]
-    base = Path(params.paths.finetuned) / "lr_pilot" / f"{variant}_{task}"
-    stem = pilot_run(variant, task).stem
     if variant not in cfg.variants:  # a row the pilot does not tune runs at the recipe's lr
         why = {"variant": variant, "task": task,
                "not_piloted": "not in ablations.pilot.variants: the fine-tuning recipe's lr"}
         atomic.write_json(base / "not_piloted.json", why)
-        record_in_own_run(params, stem, why, (), context=context)
+        record_in_own_run(record_params, stem, why, (), context=context)
         return why
     pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
     train, dev, split_words = pilot_split(params, variant, task, pool)
@@ -112,14 +126,14 @@ def lr_pilot(params: Params, task: str, variant: str, *,
                                                else spec.metric)
                              + "; >= 95 % one class last, lower log-loss next, larger lr on "
                              "ties"), "pretrain_seed": pretrain_seed, "seed": cfg.seed}
-    with tracking.start_run(stem, params):  # the stage's own run
+    with tracking.start_run(stem, record_params):  # the stage's own run
         summary = {"chosen_lr": chosen[0], "chosen_warmup": chosen[1],
                    f"chosen_dev_{spec.metric}": scores[chosen]}
         if metrics["dev_majority"] is not None:
             summary["dev_majority"] = metrics["dev_majority"]
         if metrics["chosen_accuracy"] is not None:
             summary["chosen_dev_accuracy"] = metrics["chosen_accuracy"]
-        record(params, stem, metrics, ("dev_scores", "chosen_lr", "chosen_warmup",
+        record(record_params, stem, metrics, ("dev_scores", "chosen_lr", "chosen_warmup",
                                        "chosen_score", "chosen_accuracy", "dev_majority"),
                summary=summary, context=context)
     return metrics
@@ -129,3 +143,15 @@ def lr_pilot_full(params: Params, task: str, *, context: StageContext | None = N
                   ) -> dict[str, Any]:
     """The pilot of the `full` row (the finetune stage's arm) on one task of ablations.tasks."""
     return lr_pilot(params, task, FULL_ARM, context=context)
+
+
+def pilot_dose(params: Params, task: str, tokens: int, *, context: StageContext | None = None
+               ) -> dict[str, Any]:
+    """The pilot of the dose curve's budget of `tokens` pre-training tokens on `task`: the
+    `full` row's pilot (the same grid, training sample and carved split) fine-tuning that
+    budget's own pre-training run (stage pretrain_dose) instead of the main one."""
+    if task not in params.curves.dose_tasks:
+        raise Gpt1Error(f"task {task!r} not in curves.dose_tasks {list(params.curves.dose_tasks)}")
+    return _pilot(dose_params(params, tokens), params, task, FULL_ARM,
+                  dose_pilot_run(task, tokens).stem,
+                  Path(params.paths.finetuned) / DOSE_PILOT_DIR / f"{task}_{tokens}", context)

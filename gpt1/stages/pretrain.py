@@ -1,5 +1,6 @@
 """The pre-training stages: the Transformer LM and the LSTM baseline, one run per pre-training
-seed, with the same loop and data (under pretrain.import_hf: gpt1/hf_stand_in.py)."""
+seed, with the same loop and data (under pretrain.import_hf: gpt1/hf_stand_in.py), and the dose
+curve's Transformer runs, one per budget of curves.dose_tokens and pre-training seed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from gpt1 import (
     records,
     tracking,
 )
+from gpt1.arms import dose_params
 from gpt1.backends import backend_of
 from gpt1.config import Params, override
 from gpt1.data import shards
@@ -27,7 +29,7 @@ from gpt1.lstm import lstm_flops_per_token
 from gpt1.model import flops_per_token
 from gpt1.recording import record
 from gpt1.records import StageContext
-from gpt1.stage_table import StageRun, resolve_pretrain_seed
+from gpt1.stage_table import PRETRAIN_SEED, StageRun, resolve_pretrain_seed
 
 
 def lm_params(params: Params, kind: str) -> Params:
@@ -42,24 +44,39 @@ def lm_params(params: Params, kind: str) -> Params:
 def pretrain(params: Params, pretrain_seed: int | None = None, *,
              context: StageContext | None = None) -> dict[str, Any]:
     """Pre-train the Transformer LM on the token shards (spec §1); resumes if interrupted."""
-    return _pretrain(params, "pretrain", names.TRANSFORMER, pretrain_seed, context)
+    seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
+    return _pretrain(params, StageRun.of("pretrain", pretrain_seed=seed), names.TRANSFORMER,
+                     context)
 
 
 def pretrain_lstm(params: Params, pretrain_seed: int | None = None, *,
                   context: StageContext | None = None) -> dict[str, Any]:
     """Pre-train the LSTM LM baseline (Table 5 / Figure 2) with the same loop and data."""
-    return _pretrain(params, "pretrain_lstm", "lstm", pretrain_seed, context)
+    seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
+    return _pretrain(params, StageRun.of("pretrain_lstm", pretrain_seed=seed), "lstm", context)
 
 
-def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None,
-              context: StageContext | None) -> dict[str, Any]:
-    pretrain_seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
-    run_dir = str(checkpoint.pretrain_dir(params, kind, pretrain_seed))
-    stage = StageRun.of(name, pretrain_seed=pretrain_seed).stem
+def pretrain_dose(params: Params, tokens: int, pretrain_seed: int | None = None, *,
+                  context: StageContext | None = None) -> dict[str, Any]:
+    """Pre-train the Transformer LM on `tokens` tokens, a budget of the dose curve
+    (curves.dose_tokens): a complete run with its own warm-up and decay to 0 at its own end,
+    not a checkpoint of the main run; written under paths.dose_checkpoints/<tokens>."""
+    seed = resolve_pretrain_seed(params.pretrain.seeds, pretrain_seed)
+    return _pretrain(params, StageRun.of("pretrain_dose", tokens=tokens, pretrain_seed=seed),
+                     names.TRANSFORMER, context, dose_params(params, tokens))
+
+
+def _pretrain(params: Params, stage_run: StageRun, kind: str, context: StageContext | None,
+              dose: Params | None = None) -> dict[str, Any]:
+    """Pre-train a `kind` LM as `stage_run` on params (the main run) or `dose` (a dose curve's
+    budget: gpt1.arms.dose_params), recorded with params; only the main Transformer run becomes
+    the registered model."""
+    pretrain_seed, stage = stage_run.kwargs[PRETRAIN_SEED], stage_run.stem
+    run_dir = str(checkpoint.pretrain_dir(dose or params, kind, pretrain_seed))
     if params.pretrain.import_hf is not None:  # import instead (gpt1/hf_stand_in.py)
         return hf_stand_in.pretrain(params, stage, kind, pretrain_seed, Path(run_dir),
                                     context=context)
-    record_params, params = params, lm_params(params, kind)
+    record_params, params = params, lm_params(dose or params, kind)
     tok = bpe.load_bpe(params.paths.tokenizer)
     train_tokens = shards.read_shards(params.paths.shards, "train", tok.hash)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
@@ -79,7 +96,8 @@ def _pretrain(params: Params, name: str, kind: str, pretrain_seed: int | None,
         metrics.update(backend=meta["backend"], pretrain_seed=pretrain_seed, body=kind)
         if is_rank0:
             records.write_curve(params, stage, history)
-            logged_models.log_model(params, run_dir, kind, None)
+            if dose is None:  # a dose budget is not the model `gpt1 predict` serves
+                logged_models.log_model(params, run_dir, kind, None)
             record(record_params, stage, metrics, ("val_loss", "val_ppl"), summary={},
                    context=context)
     return metrics

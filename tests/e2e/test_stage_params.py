@@ -43,6 +43,8 @@ BRANCHES = {
                  "pretrain.ddp_bf16_grads", "pretrain.nproc"),         # (the launcher's)
     "pretrain_lstm": ("pretrain.epochs", "pretrain.ddp_bucket_mb", "pretrain.ddp_bf16_grads",
                       "pretrain.nproc"),
+    "pretrain_dose": ("pretrain.epochs", "pretrain.ddp_bucket_mb", "pretrain.ddp_bf16_grads",
+                      "pretrain.nproc"),
     "prepare_task": ("tasks.test_frac",),                              # SciTail's carve
     "lr_pilot": LSTM, "curve_n": LSTM,                                 # the LSTM arm piloted
     "report": ("report.max_seeds",),                                  # (a) on a fresh split
@@ -71,7 +73,8 @@ def _tiny_repo(root: Path) -> None:
                       "floor": {"cv_folds": 2}},
         "layers": {"tasks": ["sst2"], "layers_transferred": [1], "max_train_examples": 8,
                    "max_eval_examples": 8},
-        "curves": {"tasks": ["sst2"], "arms": ["full", "scratch"]},
+        "curves": {"tasks": ["sst2"], "arms": ["full", "scratch"],
+                   "dose_tokens": [640, 1024], "dose_tasks": ["sst2"]},  # 5, 8 of 16 updates
         "zeroshot": {"tasks": ["sst2", "cola", "dprd"], "max_examples": 8},
         "report": {"confirmatory_tasks": ["sst2"], "gate_margins": {"sst2": 0.03}}})
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -227,6 +227,60 @@ def test_a_floor_min_df_above_its_training_texts_is_refused_at_load(edit: dict,
     parse_params(raw, "p.yaml")
 
 
+DOSE = {"curves": {"dose_tokens": [500000, 1000000], "dose_tasks": ["sst2"]}}
+"""A dose curve on the demo: two budgets below its 3 M tokens (122 and 244 updates of 4,096
+tokens, past its 100 warm-up updates) and the main run, on a task of ablations.tasks."""
+
+
+def test_the_dose_curve_is_off_in_the_demo_and_paper_and_on_in_the_study() -> None:
+    study = load_params(REPO / "configs" / "cpu-study.yaml").curves
+    assert study.dose_tasks == ("qnli",) and study.checkpoints == ()  # no mid-run curve
+    assert len(study.dose_tokens) >= 2 and study.dose_tokens[-1] < 6_000_000
+    for preset in ("params.yaml", "configs/paper.yaml", "configs/paper-finetune.yaml"):
+        curves = load_params(REPO / preset).curves
+        assert curves.dose_tokens == curves.dose_tasks == (), preset
+    from tests.helpers.params import deep_merge
+
+    dose = parse_params(deep_merge(_raw(), DOSE), "p.yaml")
+    assert dose.curves.dose_tokens == (500000, 1000000)
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    ({"curves": {"dose_tasks": []}}, "curves.dose_tokens: the dose curve needs both "
+     "dose_tokens and dose_tasks, or neither"),
+    ({"curves": {"dose_tokens": [], "dose_tasks": ["sst2"]}}, "curves.dose_tokens: the dose "
+     "curve needs both"),
+    ({"curves": {"dose_tokens": [1000000]}}, "curves.dose_tokens: at least two budgets below "
+     "the main run's (three with it), got [1000000]"),
+    ({"curves": {"dose_tokens": [1000000, 500000]}}, "curves.dose_tokens: must rise strictly"),
+    ({"curves": {"dose_tokens": [500000, 500000]}}, "curves.dose_tokens: must rise strictly"),
+    ({"curves": {"dose_tokens": [0, 500000]}}, "curves.dose_tokens: must be positive"),
+    ({"curves": {"dose_tokens": [500000, 3000000]}}, "curves.dose_tokens: 3000000 is not "
+     "below pretrain.max_tokens (3000000), the main run, which is the curve's top dose"),
+    ({"curves": {"dose_tokens": [409600, 1000000]}}, "curves.dose_tokens: 409600 tokens are "
+     "100 updates of 4096, not more than pretrain.warmup_steps (100)"),
+    ({"pretrain": {"epochs": 1.0, "max_tokens": None}}, "curves.dose_tokens: the dose curve "
+     "pre-trains runs of its own beside the main one, which needs pretrain.max_tokens"),
+    ({"pretrain": {"import_hf": "models/openai-gpt"}}, "curves.dose_tokens: the dose curve "
+     "pre-trains runs of its own"),
+    ({"curves": {"dose_tasks": ["qnli"]}}, "curves.dose_tasks: 'qnli' not in ablations.tasks"),
+    ({"ablations": {"pilot": {"variants": ["full", "no_aux"]}}}, "curves.dose_tokens: the dose "
+     "curve needs ablations.variants to list 'scratch' and ablations.pilot.variants to list "
+     "'full' and 'scratch'"),
+    ({"ablations": {"presets": {"scratch": {"init": "pretrained"}}}}, "curves.dose_tokens: "
+     "dose 0 is ablations.presets.scratch, whose init must be scratch"),
+])
+def test_a_dose_curve_outside_its_range_is_refused_at_load(edit: dict, needle: str) -> None:
+    """Each budget a complete run below the main one, past its warm-up, on a task whose full
+    and scratch rows (the top dose and dose 0) are piloted: else one line naming the key."""
+    from tests.helpers.params import deep_merge
+
+    with pytest.raises(ParamsError) as info:
+        parse_params(deep_merge(deep_merge(_raw(), DOSE), edit), "p.yaml")
+    assert str(info.value).startswith(f"p.yaml: {needle}"), info.value
+    assert "\n" not in str(info.value)
+
+
 def _cli_finetune(tmp_path: Path, pattern: str, replacement: str
                   ) -> subprocess.CompletedProcess[str]:
     """`gpt1 finetune --task rte` in tmp_path on params.yaml with one edit (GPUs hidden)."""

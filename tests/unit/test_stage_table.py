@@ -79,13 +79,33 @@ def test_one_function_reads_the_rank() -> None:
     assert readers == ["gpt1/launcher.py:rank"]
 
 
-def test_runs_of_params_are_dvcs_stages_with_their_records() -> None:
+DOSE_STAGES = {"pretrain_dose", "pilot_dose", "curve_dose"}
+"""The dose curve's stages: rendered only where curves.dose_tokens lists budgets."""
+
+
+def _dose_repo(root: Path) -> Path:
+    """A DVC repo at `root`: dvc.yaml, and the study preset (its dose curve on) as params."""
+    (root / "dvc.yaml").write_bytes((REPO / "dvc.yaml").read_bytes())
+    (root / "params.yaml").write_bytes((REPO / "configs" / "cpu-study.yaml").read_bytes())
+    (root / ".dvc").mkdir()
+    (root / ".dvc" / "config").write_text("[core]\n    no_scm = True\n")
+    return root
+
+
+@pytest.mark.parametrize("preset", ["params.yaml", "study"])
+def test_runs_of_params_are_dvcs_stages_with_their_records(preset: str, tmp_path: Path) -> None:
     """`runs_of(params)`: every stage DVC renders from dvc.yaml and params.yaml, in its order,
-    each run's stem the record (`<stem>.info.json`) its DVC stage writes."""
+    each run's stem the record (`<stem>.info.json`) its DVC stage writes; with the demo (no
+    dose curve: its stages render to none) and the study preset (the dose curve's stages, no
+    compute curve)."""
     from dvc.repo import Repo
 
-    params = load_params(REPO / "params.yaml")
-    with Repo(str(REPO)) as repo:
+    root = REPO if preset == "params.yaml" else _dose_repo(tmp_path)
+    params = load_params(root / "params.yaml")
+    rendered = {r.stage.name for r in runs_of(params)}
+    assert rendered & DOSE_STAGES == (DOSE_STAGES if params.curves.dose_tokens else set())
+    assert ("curve_step" in rendered) == bool(params.curves.checkpoints)
+    with Repo(str(root)) as repo:
         dvc = {s.name: {Path(o.fs_path).name.removesuffix(records.INFO_SUFFIX) for o in s.outs
                         if o.fs_path.endswith(records.INFO_SUFFIX)}
                for s in repo.index.stages}
@@ -109,6 +129,13 @@ def test_a_run_gives_every_name_from_one_place() -> None:
     assert StageRun.of("floor", task="rte").stem == "finetune_bow_rte"
     assert StageRun.of("pretrain_lstm", pretrain_seed=7).stem == "pretrain_lstm_p7"
     assert StageRun.of("report").argv == ["report"]
+    dose = StageRun.of("curve_dose", task="qnli", tokens=750000, pretrain_seed=1234)
+    assert (dose.address, dose.stem) == ("curve_dose@qnli-750000-1234",
+                                         "curve_dose_qnli_750000_p1234")
+    assert dose.argv == ["curve_dose", "--task", "qnli", "--tokens", "750000",
+                         "--pretrain-seed", "1234"]
+    assert StageRun.of("pretrain_dose", tokens=750000, pretrain_seed=7).stem == \
+        "pretrain_dose_750000_p7"
     with pytest.raises(ValueError, match="takes"):
         StageRun.of("finetune", task="rte")  # a seeded stage's run names its seed
 
@@ -141,7 +168,9 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
         assert run.argv == argv, name  # the command the launcher re-runs for each rank
         assert stage_of(name).name == args.command
         families.add(args.command)
-    assert families == set(STAGES)
+    # every family but the dose curve's, off in the demo (tests/e2e/test_stage_params.py runs
+    # its commands as the CLI parses them)
+    assert set(STAGES) - families == DOSE_STAGES and not params.curves.dose_tokens
     pilots = [n for n in plan if n.startswith("lr_pilot@")]
     assert len(pilots) == len(set(pilots)) > 1  # both variants of a task: two names
 
@@ -190,7 +219,8 @@ def test_a_seed_outside_pretrain_seeds_is_refused_before_the_stage_runs(tmp_path
 def test_the_flow_gives_devices_by_the_table() -> None:
     pool = DevicePool(["0", "1", "2"])
     wanted = {name: pool.wanted(name) for name in STAGES}
-    assert {n for n, w in wanted.items() if w == 3} == {"pretrain", "pretrain_lstm"}
+    assert {n for n, w in wanted.items() if w == 3} == {"pretrain", "pretrain_lstm",
+                                                          "pretrain_dose"}
     assert {n for n, w in wanted.items() if w == 0} == {
         n for n, s in STAGES.items() if not s.device}
     assert wanted["finetune"] == wanted["lr_pilot"] == 1

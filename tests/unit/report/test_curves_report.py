@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpt1 import stats
 from gpt1.report import curves
 from tests.helpers.report_metrics import preds_json
 
@@ -121,3 +122,78 @@ def test_the_report_works_without_a_curve_task(make_params, tmp_path: Path) -> N
     out = tmp_path / "curves.png"
     curves.plot_curves(params, metrics, out)
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+DOSES = {0: [0.5, 0.5, 0.5], 1024: [0.6, 0.62, 0.6], 2048: [0.66, 0.65, 0.67],
+         4096: [0.72, 0.71, 0.73]}
+"""Pre-training tokens -> per-run accuracy: from scratch at the majority share (dose 0), then
+a rise over the two budgets of their own and the main run (pretrain.max_tokens, 4,096)."""
+
+
+@pytest.fixture
+def dose_params(make_params):
+    return make_params({"report": {"bootstrap_samples": 300},
+                        "ablations": {"pilot": {"variants": ["full", "scratch"]}},
+                        "curves": {"tasks": [], "dose_tokens": [1024, 2048],
+                                   "dose_tasks": ["sst2"]}})
+
+
+def _dose_records(tmp_path: Path, doses: dict[int, list[float]]) -> dict[str, Any]:
+    """Dose 0 as Table 5's scratch record, each budget a curve_dose record, the main run as
+    Table 5's full record, each run recording the (lr, warm-up) it used."""
+    metrics = {}
+    for tokens, acc in doses.items():
+        root = tmp_path / f"dose{tokens}"
+        root.mkdir()
+        scratch = tokens == 0
+        stem = ("finetune_scratch_sst2" if scratch else "finetune_sst2" if tokens == 4096
+                else f"curve_dose_sst2_{tokens}")
+        rec = preds_json(root, "scratch" if scratch else "full", "sst2", acc, 400)
+        rec.update(pretrain_seed=0, seeds=[0, 1, 2], lr=1e-4 * (1 + tokens / 1024),
+                   warmup_frac=0.1, init="scratch" if scratch else "pretrained")
+        metrics[f"{stem}_p0"] = rec
+    return metrics
+
+
+def test_the_dose_curve_reads_table_5_and_its_own_runs_and_fits_its_slope_over_budgets(
+        dose_params, tmp_path: Path) -> None:
+    """Dose 0 is Table 5's from-scratch row (flagged here: at the majority share), the top
+    dose the main run's full row; the slope over log10(tokens) runs through the unflagged
+    pre-trained doses only."""
+    metrics = _dose_records(tmp_path, DOSES)
+    points = curves.dose_curve(dose_params, metrics, "sst2")
+    assert [p.x for p in points] == [0, 1024, 2048, 4096]
+    assert points[0].flags and not any(p.flags for p in points[1:])
+    b, used = curves.dose_slope(dose_params, metrics, "sst2")
+    assert used == [1024, 2048, 4096] and b is not None
+    assert b.ci.estimate == pytest.approx(float(np.polyfit(
+        np.log10(used), [np.mean(DOSES[x]) for x in used], 1)[0]))
+    text = "\n".join(curves.curves_section(dose_params, metrics))
+    assert text.startswith("## Where pre-training can show")  # no curves.tasks: dose alone
+    assert f"| from scratch (dose 0) | 0 | lr 0.0001, warm-up 0.1 | {curves._band(points[0])}" \
+        in text and curves.FLAG_MARK in curves._band(points[0])
+    assert "| main run (`pretrain`) | 4,096 | lr 0.0005, warm-up 0.1 |" in text
+    assert "3 doses (1,024, 2,048, 4,096 tokens)" in text
+    assert f"**{stats.superiority(b)}**" in text and "flagged and left out" not in text
+    out = tmp_path / "curves.png"
+    curves.plot_curves(dose_params, metrics, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_flagged_dose_is_marked_and_no_slope_is_held_on_it(dose_params,
+                                                             tmp_path: Path) -> None:
+    """A budget whose runs answer at the majority share is flagged and left out of the slope;
+    with one unflagged pre-trained dose left the slope is not run and nothing is held."""
+    metrics = _dose_records(tmp_path, {**DOSES, 2048: [0.5, 0.5, 0.5]})
+    b, used = curves.dose_slope(dose_params, metrics, "sst2")
+    assert used == [1024, 4096] and b is not None
+    text = "\n".join(curves.curves_section(dose_params, metrics))
+    assert "flagged and left out: 2,048 tokens" in text and "2 doses (1,024, 4,096" in text
+    flags = next(line for line in text.splitlines() if line.startswith("Flags (dose curve"))
+    assert "2,048 tokens: CI not above majority 50.0" in flags and "1,024 tokens" not in flags
+    (tmp_path / "one").mkdir()
+    metrics = _dose_records(tmp_path / "one", {**DOSES, 1024: [0.5] * 3, 2048: [0.5] * 3})
+    assert curves.dose_slope(dose_params, metrics, "sst2") == (None, [4096])
+    text = "\n".join(curves.curves_section(dose_params, metrics))
+    assert "Dose slope test over the unflagged pre-trained doses" in text
+    assert "not run (1 such doses" in text and "held" not in text

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from gpt1 import arms, bpe, checkpoint, names, networks
-from gpt1.config import parse_params
+from gpt1.config import override, parse_params
 from gpt1.data.clean import standardize_texts
 from gpt1.errors import Gpt1Error
 from gpt1.records import read_metrics
@@ -108,8 +108,6 @@ def test_no_curve_point_trains_on_the_rows_the_pilot_scored(curve_run) -> None:
 
 
 def test_a_curve_n_larger_than_the_pool_outside_the_pilot_split_is_refused(curve_run) -> None:
-    from gpt1.config import override
-
     params = curve_run[0]
     held, size = arms.pilot_rows(params, "sst2")
     too_many = size - len(held) + 1
@@ -167,8 +165,6 @@ def test_a_point_outside_the_params_is_refused(curve_run) -> None:
 
 def test_the_compute_curve_records_why_it_does_not_run_on_imported_weights(
         curve_run, tmp_path: Path) -> None:
-    from gpt1.config import override
-
     params = override(curve_run[0], pretrain={"import_hf": "models/openai-gpt"},
                       paths={"metrics": str(tmp_path / "metrics"),
                              "finetuned": str(tmp_path / "finetuned")})  # not the module's
@@ -176,3 +172,82 @@ def test_the_compute_curve_records_why_it_does_not_run_on_imported_weights(
     assert out["not_run"].startswith("not run: pretrain.import_hf imports released final")
     assert read_metrics(params.paths.metrics)["curve_step_sst2_0_p1234"]["not_run"]
     assert not list((Path(params.paths.finetuned) / "p1234" / "curve_step" / "sst2_0").iterdir())
+
+
+def _dose_params(params):
+    """The module's params with a dose curve of two budgets (4 and 6 updates of 128 tokens,
+    past the 3 of warm-up, below the main run's 32) on SST-2, whose full and scratch rows are
+    piloted."""
+    pilot = {**params.as_dict()["ablations"]["pilot"], "variants": ["full", "scratch"]}
+    assert params.pretrain.max_tokens == 4096
+    return override(params, curves={"dose_tokens": [512, 768], "dose_tasks": ["sst2"]},
+                    ablations={"pilot": pilot})
+
+
+def test_each_dose_fine_tunes_its_own_run_at_its_own_pilots_choice(curve_run) -> None:
+    """pilot_dose pilots the full row on a budget's own run (the full row's grid and carved
+    split); curve_dose fine-tunes that run as Table 5's full row at that choice; a budget
+    without its run stops naming the run's folder."""
+    import torch
+
+    params = _dose_params(curve_run[0])
+    tok = bpe.load_bpe(params.paths.tokenizer)
+    for seed, tokens in enumerate((512, 768)):  # stand-ins for pretrain_dose's runs
+        torch.manual_seed(seed)
+        model = networks.build_model(names.TRANSFORMER, params, tok.vocab_size)
+        run_dir = checkpoint.pretrain_dir(arms.dose_params(params, tokens), names.TRANSFORMER)
+        checkpoint.write_model(run_dir, model, {"kind": names.TRANSFORMER, "step": tokens // 128,
+                                                "vocab_size": tok.vocab_size,
+                                                "tokenizer_hash": tok.hash,
+                                                "params": params.as_dict()})
+    assert str(run_dir).endswith(f"{Path('pretrain') / 'dose' / '768' / 'p1234'}")
+    lr_pilot_stages.pilot_dose(params, "sst2", 512)
+    curves.curve_dose(params, "sst2", 512)
+    metrics = read_metrics(params.paths.metrics)
+    pilot, point = metrics["pilot_dose_sst2_512"], metrics["curve_dose_sst2_512_p1234"]
+    assert pilot["variant"] == "full" and pilot["chosen_lr"] in params.ablations.pilot.lr_grid
+    assert (point["lr"], point["warmup_frac"]) == (pilot["chosen_lr"], pilot["chosen_warmup"])
+    assert point["variant"] == "curve_dose" and point["init"] == "pretrained"
+    assert point["n_train"] == params.finetune.max_train_examples  # Table 5's full row's sample
+    scored = Path(params.paths.finetuned) / "pilot_dose" / "sst2_512" / "tables" / "sst2"
+    pilot_rows = set(pd.read_parquet(scored / "test.parquet")["id"])
+    assert pilot_rows == arms.pilot_rows(params, "sst2")[0]  # the full row's carved split
+    for path in point["train_ids"]:
+        assert not set(pd.read_parquet(path)["id"]) & pilot_rows
+    missing = override(params, curves={"dose_tokens": [512, 1000]})
+    with pytest.raises(Gpt1Error, match="no pilot record pilot_dose_sst2_1000"):
+        curves.curve_dose(missing, "sst2", 1000)
+    with pytest.raises(Gpt1Error) as info:
+        lr_pilot_stages.pilot_dose(missing, "sst2", 1000)
+    assert str(Path("dose") / "1000" / "p1234") in str(info.value)
+
+
+def test_a_dose_is_a_complete_run_of_its_own_budget_not_a_mid_run_checkpoint(
+        tmp_path: Path) -> None:
+    """pretrain_dose trains its budget (8 updates) with the main run's warm-up (4 updates),
+    then decays to 0 at its own end: its weights match the main run's (32 updates) through the
+    warm-up and differ at update 8, where the main run is mid-schedule."""
+    import torch
+
+    from gpt1.stages import pretrain as pretrain_stages
+    from tests.helpers.runs import prepare_run
+
+    _, params = prepare_run(tmp_path, "dose", {
+        "pretrain": {"max_tokens": 4096, "zero_shot_checkpoints": 5,  # both keep steps 4, 8
+                     "checkpoint_interval_steps": 8, "eval_interval_steps": 8},
+        "curves": {"dose_tokens": [1024, 2048], "dose_tasks": ["sst2"]},
+        "ablations": {"pilot": {"variants": ["full", "scratch"]}}})
+    out = pretrain_stages.pretrain_dose(params, 1024)
+    assert (out["steps"], out["tokens"]) == (8, 1024)
+    assert read_metrics(params.paths.metrics)["pretrain_dose_1024_p1234"]["steps"] == 8
+    pretrain_stages.pretrain(params)
+    tok = bpe.load_bpe(params.paths.tokenizer).hash
+    dose_dir = Path(params.paths.dose_checkpoints) / "1024" / "p1234"
+    main_dir = checkpoint.pretrain_dir(params, names.TRANSFORMER)
+    final, meta = checkpoint.load_model(dose_dir, tok)
+    assert meta["step"] == 8 and meta["params"]["pretrain"]["max_tokens"] == 1024
+    for step, same in ((4, True), (8, False)):
+        dose = checkpoint.load_model(dose_dir, tok, step=step)[0].state_dict()
+        main = checkpoint.load_model(main_dir, tok, step=step)[0].state_dict()
+        assert all(torch.equal(dose[k], main[k]) for k in dose) == same, step
+    assert all(torch.equal(v, dose[k]) for k, v in final.state_dict().items())
