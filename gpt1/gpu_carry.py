@@ -52,8 +52,9 @@ WHEELS = ("pydantic", "pydantic-core", "annotated-types", "typing-inspection",
 """What the stages import that the GPU host lacks (docs/gpu.md lists what it has): pydantic
 (gpt1.config) and its needs, ftfy (gpt1.data.clean, via the task formats) and its need."""
 TARGET = ("3.12", "cp", ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"))
-"""(Python version, implementation, platforms) of the GPU host's interpreter, the one
-compiled wheel (pydantic-core) is fetched for: CPython 3.12 on x86-64 Linux (docs/gpu.md)."""
+"""(Python version, implementation, platforms) of the GPU host's interpreter, which the
+compiled wheels (pydantic-core; wcwidth's abi3) are fetched for: CPython 3.12 on x86-64 Linux
+(docs/gpu.md)."""
 INPUT_PATHS = ("tokenizer", "shards", "tasks")
 """The params paths the model stages read from the data stages' outputs."""
 OUTPUT_PATHS = ("metrics", "finetuned")
