@@ -36,7 +36,8 @@ TOOLS: dict[str, str] = {"serve": "gpt1.serve", "export-hf": "gpt1.export",
                          "import-hf": "gpt1.hf_import",
                          "generate": "gpt1.generate", "predict": "gpt1.predict",
                          "relog": "gpt1.tracking.relog", "verdicts": "gpt1.report.verdicts",
-                         "seeds": "gpt1.report.design"}
+                         "seeds": "gpt1.report.design",
+                         "one-shot": "gpt1.one_shot"}
 
 
 def quiet_telemetry() -> None:

@@ -47,7 +47,7 @@ _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "os error 2
 """How libraries that do not raise OSError (tokenizers, Rust) word a full disk."""
 
 
-def _size_text(n: int) -> str:
+def size_text(n: int) -> str:
     """Bytes in words: 812 B, 3.4 MiB."""
     value, unit = float(n), "B"
     for bigger in ("KiB", "MiB", "GiB"):
@@ -80,10 +80,10 @@ class DiskFullError(Gpt1Error):
     def __init__(self, dest: str | Path, needed: int) -> None:
         self.needed = needed
         free = free_bytes(dest)
-        need = f"at least {_size_text(needed)}" if needed else "more than that"
-        super().__init__(f"no space left on the device: {_size_text(free)} free there, writing "
+        need = f"at least {size_text(needed)}" if needed else "more than that"
+        super().__init__(f"no space left on the device: {size_text(free)} free there, writing "
                          f"it needs {need}; temp files removed, free at least "
-                         f"{_size_text(needed) if needed else 'some space'} and re-run", dest)
+                         f"{size_text(needed) if needed else 'some space'} and re-run", dest)
 
 
 def _tree_size(path: Path) -> int:

@@ -764,7 +764,7 @@ class ReportCfg(Section):
     """Resolution of reports/figure2.png."""
     paper_figure2: dict[str, str]
     """What the paper's Figure 2 panels show (`left`, `right`), quoted beside ours."""
-    preset: Literal["demo", "study", "paper", "paper-finetune"]
+    preset: Literal["demo", "study", "gpu-study", "paper", "paper-finetune"]
     """Which preset the params file is, named in the report's banner."""
     bootstrap_samples: Annotated[int, Field(ge=100)]
     """Resamples of the eval examples behind every 95 % CI (percentile bootstrap)."""

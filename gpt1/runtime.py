@@ -4,8 +4,9 @@ Every stage asks `device()` for its device, so a process never mixes two choices
 torchrun each process takes the GPU of its LOCAL_RANK. `resolve_precision` turns the params'
 `auto | fp32 | bf16` into the precision this device runs fast, and `distributed` joins (and
 leaves) the process group torchrun describes in the environment (gpt1/launcher.py starts those
-processes), `check_shared_dir` refuses a run directory some rank does not see, and
-`compile_or_eager` guards torch.compile.
+processes), `check_shared_dir` refuses a run directory some rank does not see,
+`compile_or_eager` guards torch.compile, and `bf16_peak` is the device's dense bf16 peak that
+utilisation (MFU) is measured against.
 """
 
 from __future__ import annotations
@@ -234,3 +235,16 @@ def stop_agreed(stop: StopRequest, world: int, device: torch.device) -> bool:
     dist.all_reduce(signum, op=dist.ReduceOp.MAX)
     stop.signum = int(signum.item()) or None
     return bool(stop)
+
+
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) from the vendors' data sheets, matched
+# as substrings of torch.cuda.get_device_name(), first match wins (PCIe before the SXM default).
+PEAK_BF16 = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("A100", 312e12),
+             ("L40S", 362e12), ("L4", 121e12))
+
+
+def bf16_peak(device_name: str, override_tflops: float | None = None) -> float | None:
+    """The device's dense bf16 peak in FLOP/s: override_tflops, else PEAK_BF16, else None."""
+    if override_tflops:
+        return override_tflops * 1e12
+    return next((peak for key, peak in PEAK_BF16 if key in device_name), None)

@@ -92,7 +92,6 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("download_corpus", "gpt1.stages.data:download_corpus"),
     Stage("clean_corpus", "gpt1.stages.data:clean_corpus"),
     Stage("check_corpus", "gpt1.stages.data:check_corpus"),
-    Stage("data_docs", "gpt1.stages.data:data_docs", tracked=False, stem=None),
     Stage("train_bpe", "gpt1.stages.data:train_bpe"),
     Stage("shard_corpus", "gpt1.stages.data:shard_corpus"),
     Stage("pretrain", "gpt1.stages.pretrain:pretrain", address=_SEED, over=_SEEDS,
@@ -101,13 +100,14 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           device=True, launched=True, seeded=True),
     Stage("prepare_task", "gpt1.stages.data:prepare_task", ("task",), ("task",),
           over=("finetune.tasks",), stem="prepare_task_{task}"),
-    Stage("finetune", "gpt1.stages.finetune:finetune", ("task",), ("task", PRETRAIN_SEED),
-          over=("finetune.tasks", *_SEEDS), device=True, seeded=True, stem="finetune_{task}"),
+    Stage("data_docs", "gpt1.stages.data:data_docs", tracked=False, stem=None),
     Stage("lr_pilot", "gpt1.stages.lr_pilot:lr_pilot", ("task", "variant"), ("variant", "task"),
           over=("ablations.variants", "ablations.tasks"), device=True,
           stem="lr_pilot_{variant}_{task}"),
     Stage("lr_pilot_full", "gpt1.stages.lr_pilot:lr_pilot_full", ("task",), ("task",),
           over=("ablations.tasks",), device=True, stem="lr_pilot_full_{task}"),
+    Stage("finetune", "gpt1.stages.finetune:finetune", ("task",), ("task", PRETRAIN_SEED),
+          over=("finetune.tasks", *_SEEDS), device=True, seeded=True, stem="finetune_{task}"),
     Stage("ablation", "gpt1.stages.finetune:ablation", ("task", "variant"),
           ("variant", "task", PRETRAIN_SEED),
           over=("ablations.variants", "ablations.tasks", *_SEEDS), device=True, seeded=True,
@@ -144,7 +144,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           device=True, seeded=True),
     Stage("report", "gpt1.stages.report:report", stem=None),
 )}
-"""Stage name (as in dvc.yaml) -> its row, in dvc.yaml's order."""
+"""Stage name (as in dvc.yaml) -> its row, in dvc.yaml's order: upstream first (each stage
+after every stage it reads from; tests/unit/test_stage_table.py checks it against DVC's graph)."""
 
 
 def stage_of(address: str) -> Stage:
@@ -246,7 +247,8 @@ def record_prefix(name: str, **arguments: Any) -> str:
 
 def runs_of(params: Params) -> list[StageRun]:
     """Every stage run the params define, as dvc.yaml's foreach / matrix lists render them, in
-    its order (tests/unit/test_stage_table.py checks them against DVC's own)."""
+    its order: made in this order, each run comes after the runs it reads from
+    (tests/unit/test_stage_table.py checks them against DVC's own)."""
     runs = []
     for stage in STAGES.values():
         lists = [functools.reduce(getattr, key.split("."), params) for key in stage.over]

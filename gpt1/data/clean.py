@@ -1,7 +1,8 @@
 """Corpus cleaning and the original text standardisation (spec §1 and 5).
 
 `standardize_text` is the original encoder's front end (ftfy -> punctuation/whitespace
-standardisation -> spaCy tokens) and is shared by the corpus and the task texts.
+standardisation -> spaCy tokens) and is shared by the corpus and the task texts; a text in
+the repository's table of standardised texts (a one-shot run's carry) is read from there.
 `clean_documents` turns raw book files into one cleaned document per book: Gutenberg
 boilerplate stripped, BOM/CRLF normalised, hard wraps undone, duplicates dropped, and every
 unusable file skipped and counted by reason (never a traceback).
@@ -27,6 +28,7 @@ import ftfy
 from gpt1.config import CleanCfg
 from gpt1.errors import Gpt1Error
 from gpt1.progress import progress
+from gpt1.repo import repo_root
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +49,38 @@ DROP_REASONS = (
 )
 
 
+STANDARDIZED_TEXTS = "standardized_texts.parquet"
+"""At a repository's root, texts with their standardisation (columns `text`, `standardized`),
+answered from there instead of recomputed: a one-shot run's carry holds its tasks' texts so
+(gpt1/gpu_carry.py), for a GPU host without spaCy. None in a workspace."""
+
+
 @functools.lru_cache(maxsize=1)
 def _tokenizer() -> Any:
     """spaCy's rule-based English tokenizer (no model download: spacy.blank). Imported here:
     spaCy costs 1-3 s of start-up that every other stage (they import this module through
     gpt1.stages) would pay for nothing."""
-    import spacy
-
+    try:
+        import spacy
+    except ImportError:
+        raise Gpt1Error("texts to standardise and no spaCy in this Python (a one-shot run's "
+                        f"carry holds its tasks' texts standardised in {STANDARDIZED_TEXTS}: "
+                        "run `gpt1 one-shot prepare` again)") from None
     return spacy.blank("en").tokenizer
+
+
+@functools.lru_cache(maxsize=2)
+def _table(path: Path, mtime_ns: int) -> dict[str, str]:
+    import pandas as pd
+
+    df = pd.read_parquet(path)
+    return dict(zip(df["text"].tolist(), df["standardized"].tolist(), strict=True))
+
+
+def known_standardizations() -> dict[str, str]:
+    """The repository's table of standardised texts (STANDARDIZED_TEXTS); empty without one."""
+    path = repo_root() / STANDARDIZED_TEXTS
+    return _table(path, path.stat().st_mtime_ns) if path.is_file() else {}
 
 
 def _standardize_punct(text: str) -> str:
@@ -66,7 +92,15 @@ def _standardize_punct(text: str) -> str:
 
 
 def standardize_texts(texts: Sequence[str]) -> list[str]:
-    """Batched `standardize_text`: spaCy runs once over every line of every text."""
+    """Batched `standardize_text`: spaCy runs once over every line of every distinct text not
+    in the repository's table of standardised texts (STANDARDIZED_TEXTS)."""
+    known = known_standardizations()
+    todo = [t for t in dict.fromkeys(texts) if t not in known]
+    fresh = dict(zip(todo, _standardize_all(todo), strict=True)) if todo else {}
+    return [known[t] if t in known else fresh[t] for t in texts]
+
+
+def _standardize_all(texts: Sequence[str]) -> list[str]:
     lines_per_text = [_standardize_punct(t).split("\n") for t in texts]
     flat = [line.strip() for lines in lines_per_text for line in lines]
     tokenized = iter(

@@ -283,6 +283,7 @@ def plan_section(params: Params) -> list[str]:
 REGENERATE = {
     "demo": "dvc repro",
     "study": "cp configs/cpu-study.yaml params.yaml && dvc exp run -n study",
+    "gpu-study": "cp configs/gpu-study.yaml params.yaml && dvc exp run -n gpu-study",
     "paper": "cp configs/paper.yaml params.yaml && dvc exp run -n paper",
     "paper-finetune": "cp configs/paper-finetune.yaml params.yaml && dvc exp run -n "
                       "paper-finetune",

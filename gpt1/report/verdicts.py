@@ -15,6 +15,7 @@ word.
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import NormalDist
@@ -40,7 +41,9 @@ from gpt1.report.figure2 import at_floors, layer_curves, zeroshot_curves
 from gpt1.report.findings import evaluate_findings, harmonic_n, paper_gap, row_mde, row_variance
 from gpt1.report.runs import variant_results
 
-DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml")
+DEFAULT_RUNS = ("demo=params.yaml", "study=configs/cpu-study.yaml",
+                "one GPU=configs/gpu-study.yaml")
+"""The committed runs; one not run yet (no records) is named as such, not tested."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,9 +205,10 @@ def summary_line(name: str, found: Sequence[Finding]) -> str:
             f"flagged): {', '.join(held) if held else 'none'}.")
 
 
-def render(runs: Sequence[tuple[str, str, Params]], readme: str | None = None
-           ) -> tuple[str, list[str]]:
-    """The verdict table, its summary lines and, per run, where it came from."""
+def render(runs: Sequence[tuple[str, str, Params]], readme: str | None = None,
+           pending: Sequence[tuple[str, str, Params]] = ()) -> tuple[str, list[str]]:
+    """The verdict table, its summary lines and, per run, where it came from; `pending`: runs
+    not made yet (no records), named under the runs."""
     rows, notes, summary = [], [], []
     for name, path, params in runs:
         metrics, found, source = run_findings(params)
@@ -219,7 +223,10 @@ def render(runs: Sequence[tuple[str, str, Params]], readme: str | None = None
             rows.append(f"| ({f.tag}) {f.claim} | {name} | "
                         f"{final_verdict(f.verdict, f.flagged)} | {stat} | {f.ci} | "
                         f"{f.mde} | {f.flagged or '-'} | {'yes' if f.reproduces else 'no'} |")
-    cmd = ("python -m gpt1 verdicts" + "".join(f" --run {n}={p}" for n, p, _ in runs)
+    notes += [f"- **{name}**: `{path}`: not run yet (no records in `{params.paths.metrics}`)."
+              for name, path, params in pending]
+    cmd = ("python -m gpt1 verdicts" + "".join(f" --run {shlex.quote(f'{n}={p}')}"
+                                               for n, p, _ in runs)
            + (f" --readme {readme}" if readme else ""))
     return "\n".join([
         "# Verdicts across scales", "",
@@ -261,14 +268,17 @@ def run(args: argparse.Namespace, params: Params) -> None:
     from gpt1 import atomic
 
     del params
-    runs = []
+    runs: list[tuple[str, str, Params]] = []
+    pending: list[tuple[str, str, Params]] = []
     for spec in args.run or DEFAULT_RUNS:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             raise Gpt1Error(f"--run {spec!r}: expected NAME=PARAMS")
-        runs.append((name, path, load_params(path)))
+        params = load_params(path)
+        made = any(Path(params.paths.metrics).glob("*.json"))
+        (runs if made or args.run else pending).append((name, path, params))
     out = Path(args.out)
-    text, summary = render(runs, args.readme)
+    text, summary = render(runs, args.readme, pending)
     readme = None if args.readme is None else rewrite_readme(Path(args.readme), summary)
     atomic.write_text(out, text)
     print(f"wrote {out}")

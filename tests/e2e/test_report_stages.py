@@ -17,25 +17,7 @@ from gpt1.stages import lr_pilot as lr_pilot_stages
 from gpt1.stages import report as report_stages
 from gpt1.stages import zeroshot as zeroshot_stages
 from gpt1.tasks.load import write_tables
-
-WORDS = "the a cat dog sat ran on mat good bad film very positive negative it he she".split()
-
-
-def _sentence(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n))
-
-
-def _table(task: str, n: int, rng: random.Random) -> pd.DataFrame:
-    rows = []
-    for i in range(n):
-        choices = [_sentence(rng, 2) for _ in range(4)] if task == "race" else []
-        label = rng.randrange(4 if task == "race" else 3 if task == "mnli" else 2)
-        rows.append({"id": f"{task}{i}", "text_a": _sentence(rng, 6),
-                     "text_b": "" if task in ("cola", "sst2") else _sentence(rng, 3),
-                     "choices": choices, "label": label,
-                     "group": rng.choice(["middle", "high"]) if task == "race" else "",
-                     "source": f"gen:{i}"})
-    return pd.DataFrame(rows)
+from tests.helpers.task_tables import sentence, table, write_dprd
 
 
 def _pretrained(params, kind: str, run_dir: Path, tok) -> None:
@@ -62,18 +44,14 @@ def test_report_chain_on_generated_data(make_params, tmp_path: Path) -> None:
         "bpe": {"n_merges": 20},
     })
     rng = random.Random(0)
-    tok = bpe.train_bpe([_sentence(rng, 30) for _ in range(50)], params.bpe,
+    tok = bpe.train_bpe([sentence(rng, 30) for _ in range(50)], params.bpe,
                         params.paths.tokenizer)
     _pretrained(params, "transformer", checkpoint.pretrain_dir(params, "transformer"), tok)
     _pretrained(params, "lstm", checkpoint.pretrain_dir(params, "lstm"), tok)
     for task in params.finetune.tasks:
-        write_tables({s: _table(task, 16, rng) for s in ("train", "dev", "test")},
+        write_tables({s: table(task, 16, rng) for s in ("train", "dev", "test")},
                      Path(params.paths.tasks) / task)
-    dprd = Path(params.paths.mirror_dir) / "tasks" / "DPRD" / "test.c.txt"
-    dprd.parent.mkdir(parents=True)
-    dprd.write_text("The cat sat on the dog because it was good.\nit\nThe cat,the dog\n"
-                    "the dog\n\nThe dog ran at the cat because it was bad.\nit\n"
-                    "The dog,the cat\nThe dog\n")
+    write_dprd(params.paths.mirror_dir)
 
     for variant in params.ablations.pilot.variants:  # first: finetune reads full's, if piloted
         lr_pilot_stages.lr_pilot(params, "rte", variant)

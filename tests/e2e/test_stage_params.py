@@ -16,10 +16,11 @@ import pytest
 import yaml
 
 from tests.helpers.corpus import write_corpus
-from tests.helpers.params import TINY, deep_merge
+from tests.helpers.params import every_stage_params
 from tests.helpers.params_reads import recording, rendered_params
 from tests.helpers.repo import REPO
 from tests.helpers.task_mirror import write_mirror
+from tests.helpers.task_tables import write_dprd
 
 pytestmark = pytest.mark.slow
 
@@ -51,32 +52,13 @@ BRANCHES = {
 }
 """Keys a stage reads on a branch the tiny run does not take."""
 
-DPRD = ("The cat sat on the dog because it was good.\nit\nThe cat,the dog\nthe dog\n\n"
-        "The dog ran at the cat because it was bad.\nit\nThe dog,the cat\nThe dog\n")
-
 
 def _tiny_repo(root: Path) -> None:
     """dvc.yaml, a tiny params.yaml reaching every stage family, and a generated mirror."""
     write_corpus(root / "mirror", n_books=3, n_paragraphs=12)
     write_mirror(root / "mirror", rows=40)
-    (root / "mirror" / "tasks" / "DPRD" / "test.c.txt").parent.mkdir(parents=True)
-    (root / "mirror" / "tasks" / "DPRD" / "test.c.txt").write_text(DPRD)
-    raw = deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
-    raw["finetune"]["overrides"] = {}
-    raw = deep_merge(raw, {
-        "paths": {"mirror_dir": "mirror"}, "clean": {"workers": 1},
-        "pretrain": {"precision": "fp32", "max_tokens": 2048},
-        "finetune": {"tasks": ["sst2", "cola"], "max_train_examples": 12,
-                     "max_eval_examples": 8},
-        "ablations": {"tasks": ["sst2"], "variants": ["scratch", "lstm"],
-                      "pilot": {"variants": ["full", "scratch"], "dev_examples": 6},
-                      "floor": {"cv_folds": 2}},
-        "layers": {"tasks": ["sst2"], "layers_transferred": [1], "max_train_examples": 8,
-                   "max_eval_examples": 8},
-        "curves": {"tasks": ["sst2"], "arms": ["full", "scratch"],
-                   "dose_tokens": [640, 1024], "dose_tasks": ["sst2"]},  # 5, 8 of 16 updates
-        "zeroshot": {"tasks": ["sst2", "cola", "dprd"], "max_examples": 8},
-        "report": {"confirmatory_tasks": ["sst2"], "gate_margins": {"sst2": 0.03}}})
+    write_dprd(root / "mirror")
+    raw = every_stage_params({"paths": {"mirror_dir": "mirror"}, "clean": {"workers": 1}})
     (root / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     (root / "dvc.yaml").write_bytes((REPO / "dvc.yaml").read_bytes())
     (root / ".dvc").mkdir()

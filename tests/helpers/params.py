@@ -58,3 +58,27 @@ def make_params_dict(tmp_path: Path, overrides: dict[str, Any] | None = None) ->
             raw["paths"][key] = str(tmp_path / value)
     raw["paths"]["mirror_dir"] = str(tmp_path / "mirror")
     return deep_merge(raw, overrides or {})
+
+
+EVERY_STAGE: dict[str, Any] = {
+    "pretrain": {"precision": "fp32", "max_tokens": 2048},
+    "finetune": {"tasks": ["sst2", "cola"], "max_train_examples": 12, "max_eval_examples": 8},
+    "ablations": {"tasks": ["sst2"], "variants": ["scratch", "lstm"],
+                  "pilot": {"variants": ["full", "scratch"], "dev_examples": 6},
+                  "floor": {"cv_folds": 2}},
+    "layers": {"tasks": ["sst2"], "layers_transferred": [1], "max_train_examples": 8,
+               "max_eval_examples": 8},
+    "curves": {"tasks": ["sst2"], "arms": ["full", "scratch"],
+               "dose_tokens": [640, 1024], "dose_tasks": ["sst2"]},  # 5, 8 of 16 updates
+    "zeroshot": {"tasks": ["sst2", "cola", "dprd"], "max_examples": 8},
+    "report": {"confirmatory_tasks": ["sst2"], "gate_margins": {"sst2": 0.03}}}
+"""Over TINY: runs that reach every stage family (two tasks, two arms piloted, the LSTM arm,
+one block count, both curves, every zero-shot task)."""
+
+
+def every_stage_params(overrides: dict[str, Any]) -> dict[str, Any]:
+    """params.yaml with TINY and EVERY_STAGE applied, its paths as written (relative: a test
+    runs in its repository folder), then `overrides`."""
+    raw = deep_merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
+    raw["finetune"]["overrides"] = {}
+    return deep_merge(deep_merge(raw, EVERY_STAGE), overrides)

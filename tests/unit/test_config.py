@@ -24,9 +24,11 @@ def test_presets_load() -> None:
     demo = load_params(REPO / "params.yaml")
     paper = load_params(REPO / "configs" / "paper.yaml")
     study = load_params(REPO / "configs" / "cpu-study.yaml")
-    assert demo.model.arch == paper.model.arch == study.model.arch == "gpt1"
-    assert len({demo.digest(), paper.digest(), study.digest()}) == 3
-    assert [p.report.preset for p in (demo, study, paper)] == ["demo", "study", "paper"]
+    gpu = load_params(REPO / "configs" / "gpu-study.yaml")
+    assert demo.model.arch == paper.model.arch == study.model.arch == gpu.model.arch == "gpt1"
+    assert len({demo.digest(), paper.digest(), study.digest(), gpu.digest()}) == 4
+    assert [p.report.preset for p in (demo, study, gpu, paper)] == [
+        "demo", "study", "gpu-study", "paper"]
 
 
 def test_every_preset_has_the_demo_keys() -> None:
@@ -44,7 +46,7 @@ def test_every_preset_has_the_demo_keys() -> None:
                 out |= keys(v, prefix + k + ".")
         return out
     demo = keys(_raw())
-    for name in ("cpu-study.yaml", "paper.yaml", "paper-finetune.yaml"):
+    for name in ("cpu-study.yaml", "gpu-study.yaml", "paper.yaml", "paper-finetune.yaml"):
         other = keys(yaml.safe_load((REPO / "configs" / name).read_text()))
         assert other == demo, (name, sorted(other ^ demo))
 
@@ -432,8 +434,8 @@ def test_cli_device_cuda_without_a_gpu_exits_2_before_any_output(tmp_path: Path)
 def test_the_gate_margins_cover_every_confirmatory_task_and_stay_in_range() -> None:
     """report.gate_margins: in every preset, a margin per confirmatory
     task; a missing one or one out of [0, 0.5) fails naming the key."""
-    for preset in ("params.yaml", "configs/cpu-study.yaml", "configs/paper.yaml",
-                   "configs/paper-finetune.yaml"):
+    for preset in ("params.yaml", "configs/cpu-study.yaml", "configs/gpu-study.yaml",
+                   "configs/paper.yaml", "configs/paper-finetune.yaml"):
         report = load_params(REPO / preset).report
         assert set(report.confirmatory_tasks) <= set(report.gate_margins), preset
     raw = _raw()

@@ -148,6 +148,16 @@ def _plan_and_commands() -> tuple[list[str], dict[str, str]]:
     return [s.name for s in read_plan(REPO)], commands
 
 
+def test_runs_of_lists_every_stage_after_its_upstream() -> None:
+    """Made in runs_of's order (the one-shot run, gpt1/one_shot.py, makes them so, without
+    DVC), every stage comes after every stage DVC's graph puts upstream of it."""
+    params = load_params(REPO / "params.yaml")
+    order = {run.address: i for i, run in enumerate(runs_of(params))}
+    late = [(stage.name, up) for stage in read_plan(REPO) for up in stage.upstream
+            if order[up] > order[stage.name]]
+    assert not late, late
+
+
 def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     """Each stage of the flow's plan (DVC's addresses), its dvc.yaml command parsed by the CLI:
     the run name the CLI gives it is the flow's, for every stage family and item."""

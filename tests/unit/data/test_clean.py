@@ -182,3 +182,16 @@ def test_a_worker_killed_while_the_pool_spawns_the_next_is_the_same_one_line(
             for i in range(4)]
     with pytest.raises(Gpt1Error, match="cleaning worker process died"):
         clean.clean_documents(docs, cfg)
+
+
+def test_standardize_texts_answers_from_the_repositorys_table(tmp_path, monkeypatch) -> None:
+    """A carry's table of standardised texts (a GPU host without spaCy) answers for the texts
+    it holds; any other text is standardised as ever."""
+    import pandas as pd
+
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    pd.DataFrame({"text": ["Hello, world!"], "standardized": ["from the table"]}).to_parquet(
+        tmp_path / clean.STANDARDIZED_TEXTS)
+    monkeypatch.chdir(tmp_path)
+    assert clean.standardize_texts(["Hello, world!", "It's 5-6 p.m.", "Hello, world!"]) == [
+        "from the table", clean.standardize_text("It's 5-6 p.m."), "from the table"]

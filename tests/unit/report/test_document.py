@@ -453,7 +453,8 @@ def test_wall_times_are_listed_in_pipeline_order_with_their_sum() -> None:
 def test_report_is_headed_by_the_command_that_regenerates_it(make_params, tmp_path: Path
                                                                ) -> None:
     for preset, command in (("demo", "`dvc repro`"),
-                            ("study", "`cp configs/cpu-study.yaml params.yaml && dvc exp run")):
+                            ("study", "`cp configs/cpu-study.yaml params.yaml && dvc exp run"),
+                            ("gpu-study", "`cp configs/gpu-study.yaml params.yaml && dvc exp")):
         params = make_params({"report": {"preset": preset}})
         text = document.build_report(params, {}, "h", "figure2.png", {})
         assert command in text.splitlines()[2], preset

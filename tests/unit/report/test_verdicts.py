@@ -162,3 +162,19 @@ def test_the_committed_readme_quotes_the_committed_verdicts_word_for_word() -> N
     for word in ("held", "reproduce the paper", "non-learning", "inconclusive", "untestable"):
         assert word not in outside, word
     assert not re.search(r"\([a-e]\)[^|\n]{0,40}\b(reproduces?|holds?)\b", outside)
+
+
+def test_a_run_not_made_yet_is_named_under_the_runs_not_tested(tmp_path: Path) -> None:
+    """A default run without records (the one-GPU run before a GPU ran it) is named as not
+    run yet; the table has rows for the runs that have records only."""
+    from gpt1.config import load_params
+    from gpt1.report.verdicts import DEFAULT_RUNS, render
+
+    made, made_metrics = _params_file(tmp_path, "made", {})
+    fixture_metrics(made_metrics)
+    waiting, _ = _params_file(tmp_path, "waiting", {})
+    text, summary = render([("made", str(made), load_params(made))], None,
+                           [("one GPU", str(waiting), load_params(waiting))])
+    assert f"- **one GPU**: `{waiting}`: not run yet (no records in `" in text
+    assert {run for _, run in _rows(text)} == {"made"} and len(summary) == 1
+    assert "one GPU=configs/gpu-study.yaml" in DEFAULT_RUNS
