@@ -50,10 +50,11 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     micro_batches: list[Any],
     loss_fn: Callable[[nn.Module, Any], torch.Tensor],
-    lr: float,
+    lr: float | torch.Tensor,
     grad_clip: float,
     precision: str,
     halted: torch.Tensor | None = None,
+    fused_clip: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One update without a host sync: (mean loss, grad norm, finite) as device tensors.
 
@@ -63,7 +64,10 @@ def train_step(
     earlier step was not) is unset: the fused AdamW kernel reads `found_inf` on the device and
     then leaves weights, moments and step count as they were (the flag torch's GradScaler
     sets), so no step waits for the GPU to decide; `optimizer` must be a fused one
-    (gpt1.optim.build_optimizer). step_values reads the result.
+    (gpt1.optim.build_optimizer). `fused_clip` (pretrain.fused_clip): the clip folded into that
+    kernel (clip_scale), not a pass of its own over the gradients. `lr` a device tensor: the
+    kernel reads it when it runs (a captured update, gpt1.graphs.WholeUpdate). step_values
+    reads the result.
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -83,7 +87,12 @@ def train_step(
     if ddp:
         dist.all_reduce(mean_loss)
         mean_loss /= dist.get_world_size()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if fused_clip:
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm(grads, 2.0)  # clip_grad_norm_'s own norm
+        optimizer.grad_scale = clip_scale(grad_norm, grad_clip)  # type: ignore[attr-defined]
+    else:
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     finite = torch.isfinite(mean_loss) & torch.isfinite(grad_norm)
     skip = ~finite if halted is None else ~finite | halted
     optimizer.found_inf = skip.float()  # type: ignore[attr-defined]
@@ -91,8 +100,19 @@ def train_step(
         optimizer.step()
     finally:
         del optimizer.found_inf  # type: ignore[attr-defined]
+        if fused_clip:
+            del optimizer.grad_scale  # type: ignore[attr-defined]
     optimizer.zero_grad(set_to_none=True)
     return mean_loss, grad_norm, finite
+
+
+def clip_scale(grad_norm: torch.Tensor, grad_clip: float) -> torch.Tensor:
+    """The divisor of every gradient that clips their norm to `grad_clip`: the fused AdamW
+    kernel divides each gradient by it as it reads it (its `grad_scale`, how GradScaler
+    unscales), so the clip costs no pass of its own. clip_grad_norm_ multiplies by
+    min(grad_clip / (norm + 1e-6), 1); this is the reciprocal, max((norm + 1e-6) / grad_clip,
+    1): the same update up to fp32 rounding. fp32, on the norm's device."""
+    return torch.clamp((grad_norm.float() + 1e-6) / grad_clip, min=1.0)
 
 
 def step_values(step: tuple[torch.Tensor, torch.Tensor, torch.Tensor], lr: float
