@@ -39,7 +39,7 @@ from gpt1.lstm import LSTMLM
 from gpt1.model import GPT, keep_norms_low_precision, next_token_loss
 from gpt1.optim import build_optimizer
 from gpt1.runtime import Stopwatch, to_device
-from gpt1.step import micro_batch_seed, seeded_loss, train_step
+from gpt1.step import WholeUpdate, micro_batch_seed, seeded_loss, train_step
 from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.registry import TASKS
 
@@ -225,7 +225,7 @@ def updater(module: nn.Module, opt: torch.optim.Optimizer, precision: str, compi
             ) -> Callable[[list[tuple[int, torch.Tensor]], float], torch.Tensor]:
     """update(micro-batches, lr) -> loss, as pretraining runs it: `scope` None = train_step
     over the module compiled as `compile_` says; forward_backward = the module graphed as
-    pretrain.cuda_graphs does; update = the whole update captured (gpt1.graphs.WholeUpdate)
+    pretrain.cuda_graphs does; update = the whole update captured (gpt1.step.WholeUpdate)
     over the compiled module. Clip 1.0, never halted."""
     torch._dynamo.reset()
     recordings = recordings or graphs.Recordings(on=False)
@@ -233,8 +233,8 @@ def updater(module: nn.Module, opt: torch.optim.Optimizer, precision: str, compi
         module = graphs.graphed(module)
     else:
         compiled(module, compile_)
-    whole = (graphs.WholeUpdate(module, opt, 1.0, precision, fused_clip, recordings)
-             if scope == "update" else None)
+    whole = (WholeUpdate(module, opt, 1.0, precision, fused_clip, graphs.WARMUP_STEPS,
+                         recordings.recorded) if scope == "update" else None)
     halted = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
 
     def update(batches: list[tuple[int, torch.Tensor]], lr: float) -> torch.Tensor:

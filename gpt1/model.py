@@ -10,7 +10,7 @@ built model by gpt1/backends (`model.backend`), which this file does not know ab
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,6 @@ from torch import nn
 
 if TYPE_CHECKING:  # annotations only: the model imports no schema (benchmarks/gpu_check.py)
     from gpt1.config import ModelCfg
-    from gpt1.lstm import LSTMLM
 
 
 class TiedEmbedding(nn.Module):
@@ -285,7 +284,17 @@ class GPT(nn.Module):
         return self.tokens_embed.row_losses(h, targets)
 
 
-def next_token_loss(lm: GPT | LSTMLM, windows: torch.Tensor, chunk_tokens: int | None
+class TiedLM(Protocol):
+    """A language model with a tied output layer: GPT, or the LSTM baseline (gpt1/lstm.py)."""
+
+    tokens_embed: TiedEmbedding
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor: ...
+
+    def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
+
+
+def next_token_loss(lm: TiedLM, windows: torch.Tensor, chunk_tokens: int | None
                     ) -> torch.Tensor:
     """Mean next-token loss of (B, T + 1) windows through a language model with a tied output
     layer (GPT, or the LSTM baseline): its per-token losses' mean, or with `chunk_tokens`

@@ -52,7 +52,7 @@ from gpt1.runtime import (
 )
 from gpt1.runtime import device as run_device
 from gpt1.snapshot import BackgroundWriter, HostCopier
-from gpt1.step import NonFiniteWatch, micro_batch_seed, seeded_loss, train_step
+from gpt1.step import NonFiniteWatch, WholeUpdate, micro_batch_seed, seeded_loss, train_step
 from gpt1.zero1 import ShardedAdamW, sharded_optimizer
 
 log = logging.getLogger(__name__)
@@ -314,7 +314,7 @@ def pretrain(
     with (distributed(device.type) as (rank, world), stop_on_signals() as stop,
           BackgroundWriter() as writer):
         cfg.accumulation(world)
-        graphs.refuse_with_ddp(cfg.cuda_graphs, world)
+        cfg.refuse_graphs_with_ddp(world)
         if world > 1:
             check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, pretrain_seed)
@@ -349,8 +349,9 @@ def pretrain(
             compile_or_eager(module, "pretrain.compile")
         update_module = module if graphed is None else graphed
         recordings = graphs.Recordings(on=graphed is not None)
-        whole = (graphs.WholeUpdate(module, optimizer, cfg.grad_clip, precision, cfg.fused_clip,
-                                    recordings) if graphs_on and graphed is None else None)
+        whole = (WholeUpdate(module, optimizer, cfg.grad_clip, precision, cfg.fused_clip,
+                             graphs.WARMUP_STEPS, recordings.recorded)
+                 if graphs_on and graphed is None else None)
         warm_recordings = 0
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from gpt1 import graphs
+from gpt1 import step as step_module
 from gpt1.data.loader import WindowSampler
 from gpt1.model import GPT
 from gpt1.pretraining import CausalLM, step_micro_batches
-from gpt1.step import micro_batch_seed, seeded_loss
+from gpt1.step import WholeUpdate, micro_batch_seed, seeded_loss
 from tests.helpers.streams import VOCAB, pretrain_tiny, token_stream
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: one thread (tests/conftest.py)
@@ -119,13 +120,13 @@ def test_cuda_graphs_with_several_ddp_ranks_are_refused_naming_the_key(make_para
     from gpt1 import launcher
     from gpt1.errors import Gpt1Error
 
+    params = make_params({"pretrain": {"cuda_graphs": True, "compile": True, "nproc": 2}})
     with pytest.raises(Gpt1Error, match=r"^pretrain\.cuda_graphs: true with 8 DDP ranks: CUDA "
                        r"graphs under DDP are not supported yet \(its all-reduce hooks\); set "
                        r"pretrain\.cuda_graphs: false, or pretrain\.nproc: 1$"):
-        graphs.refuse_with_ddp(True, 8)
-    graphs.refuse_with_ddp(False, 8)
-    graphs.refuse_with_ddp(True, 1)
-    params = make_params({"pretrain": {"cuda_graphs": True, "compile": True, "nproc": 2}})
+        params.pretrain.refuse_graphs_with_ddp(8)
+    params.pretrain.refuse_graphs_with_ddp(1)
+    make_params().pretrain.refuse_graphs_with_ddp(8)  # off: any rank count
     monkeypatch.setattr(launcher, "launch_ranks", lambda *a: pytest.fail("ranks launched"))
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.setattr(launcher, "rank", lambda: None)
@@ -153,7 +154,8 @@ def test_the_whole_update_captured_keeps_the_eager_bytes_and_the_optimizer_state
         module = CausalLM(GPT(tiny_params.model, VOCAB)).train()
         opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
         recordings = graphs.Recordings(on=False)
-        update = graphs.WholeUpdate(module, opt, 0.5, "fp32", True, recordings, record=run_now)
+        update = WholeUpdate(module, opt, 0.5, "fp32", True, graphs.WARMUP_STEPS,
+                             recordings.recorded, record=run_now)
         halted = torch.zeros((), dtype=torch.bool)
         losses = []
         for step in range(6):
@@ -184,8 +186,8 @@ def test_the_whole_update_replay_keeps_the_dropout_rule(tiny_params):
     torch.manual_seed(0)
     module = CausalLM(GPT(tiny_params.model, VOCAB)).train()
     opt = build_optimizer(module, 0.0, (0.9, 0.999), 1e-8, 0.0)
-    update = graphs.WholeUpdate(module, opt, 1.0, "fp32", False, graphs.Recordings(on=False),
-                                record=run_now)
+    update = WholeUpdate(module, opt, 1.0, "fp32", False, graphs.WARMUP_STEPS, lambda: None,
+                         record=run_now)
     windows = torch.from_numpy(token_stream(2 * 17, 0).astype("int64")).view(2, 17)
     halted = torch.zeros((), dtype=torch.bool)
     for step in range(graphs.WARMUP_STEPS):
@@ -206,10 +208,10 @@ def test_the_loop_with_the_whole_update_captured_ends_with_the_eager_bytes(make_
                                                         "micro_batch_seqs": 4}})  # one a step
     pretrain_tiny(params, tmp_path / "eager")
     monkeypatch.setattr(graphs, "unusable", lambda *args: None)
-    monkeypatch.setattr(graphs, "record_cuda_graph", run_now)
+    monkeypatch.setattr(step_module, "record_cuda_graph", run_now)
     replays = []
-    real_call = graphs.WholeUpdate.__call__
-    monkeypatch.setattr(graphs.WholeUpdate, "__call__", lambda self, *a: (
+    real_call = WholeUpdate.__call__
+    monkeypatch.setattr(WholeUpdate, "__call__", lambda self, *a: (
         replays.append(self.replay is not None), real_call(self, *a))[1])
     on = params.model_copy(update={"pretrain": params.pretrain.model_copy(
         update={"cuda_graphs": True, "compile": False, "cuda_graph_scope": "update"})})

@@ -97,7 +97,7 @@ def test_the_cut_and_whole_update_rows_run_on_the_cpu_at_a_small_shape(monkeypat
     """The rows of the memory-bound cuts and of the whole update captured (its recording stood
     in for on the CPU: each replay runs the update) through the code the GPU runs, and the
     dropout rule under the captured update."""
-    from gpt1 import graphs
+    from gpt1 import step
 
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
@@ -109,7 +109,7 @@ def test_the_cut_and_whole_update_rows_run_on_the_cpu_at_a_small_shape(monkeypat
     assert gpu_check.ALL_CUTS.text() == ("pretrain.loss_chunk_tokens 8192, pretrain.fused_clip, "
                                          "pretrain.bf16_norms")
     assert gpu_workloads.NO_CUTS.text() == "no cuts"
-    monkeypatch.setattr(graphs, "record_cuda_graph", lambda run, stream: run)
+    monkeypatch.setattr(step, "record_cuda_graph", lambda run, stream: run)
     rate, _ = gpu_workloads.update_rate(small, 50, 15, 2, 1, "fp32", cpu, False, True,
                                         windows=2, per_window=2, scope="update")
     assert len(rate.windows) == 2 and rate.median > 0
