@@ -18,11 +18,12 @@ Measures on cuda:0, in this order, and writes benchmarks/results/gpu_<device>_<d
   8. the LSTM baseline at 64 x 512 and 8 x 512 (compiled, bf16);
   9. 240 updates of the real pre-training loop on synthetic shards, a checkpoint every 80:
      tokens/s of its 20-update log windows and the seconds lost per checkpoint;
- 10. the `-m gpu` tests (pytest), where the project's test dependencies are installed;
- 11. the memory-bound cuts (pretrain.loss_chunk_tokens, fused_clip, bf16_norms): all on at
-     64 x 512 and 8 x 512 beside the preset's rows (part 6, all off), then each alone at
-     64 x 512 and at 8 x 512, while a row still fits before the watchdog (their agreement with
-     the uncut update runs with parts 1-4);
+ 10. the memory-bound cuts (pretrain.loss_chunk_tokens, fused_clip, bf16_norms) all on at
+     64 x 512 and 8 x 512, beside the preset's rows (part 6, all off), while a row and the
+     tests' reserve still fit before the watchdog (their agreement with the uncut update runs
+     with parts 1-4);
+ 11. the `-m gpu` tests (pytest), where the project's test dependencies are installed; then
+     each cut alone at 64 x 512 and 8 x 512, while a row still fits before the watchdog;
  12. a RACE-shaped (32 x 4 x 512) and an MNLI-shaped (32 x 1 x 128) fine-tuning update with the
      auxiliary LM loss; vocabulary padded to 64 vs not, compiled vs eager; transformers'
      OpenAIGPTLMHeadModel at the same shape, when installed.
@@ -30,7 +31,7 @@ Every rate is the median of 5 windows of 20 updates with its spread (min-max), e
 timed by CUDA events (gpu_workloads.windowed_rate), beside the host's enqueue time an update.
 Each part runs on its own: one that fails is named in the file with its error and the check
 goes on; Dynamo is reset before each compiled configuration. Part 12 is skipped (and said
-so) past BUDGET_S, a row of part 11 when it would not end before HARD_CAP_S, and a watchdog
+so) past BUDGET_S, a cut row when it would not end before HARD_CAP_S, and a watchdog
 writes the file and stops the check at HARD_CAP_S, naming the part it was in. It imports
 torch and the model, LSTM, loss, optimizer, update-step, graphs and micro-batch modules only:
 no params schema (pydantic, PyYAML) is needed on the GPU host, where part 9, which runs the
@@ -122,9 +123,11 @@ CHECKPOINT_LOST_S = 0.5
 """Seconds a checkpoint may cost the loop (model + Adam, ~1.4 GB)."""
 GPU_TESTS_S = 120
 """At most this long for the `-m gpu` tests (the 2026-11-26 run: 40 s)."""
+GPU_TESTS_RESERVE_S = 60
+"""Seconds kept for the `-m gpu` tests when the all-on cut rows run before them."""
 PAPER_ROW_S = 50
 """The most one compiled row at the paper shape is expected to take (a compilation, 103
-updates): a row of part 11 starts only while this much is left before HARD_CAP_S (an
+updates): a cut row starts only while this much is left before HARD_CAP_S (an
 estimate: the 2026-11-26 check's 7 compiled configurations took about 33 s each)."""
 LOSS_CHUNK_TOKENS = 8192
 """pretrain.loss_chunk_tokens measured: 4 chunks of 8,192 tokens at 64 x 512 (1.3 GB of fp32
@@ -524,25 +527,30 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
                      lost <= CHECKPOINT_LOST_S)
 
     check.part("real pre-training loop", loop)
+
+    def cut_row(cuts: Cuts, ranks: int) -> None:
+        per_rank = batch // ranks
+        micro = split.get(ranks, per_rank)
+        rate, mem = update_rate(PAPER, PAPER_VOCAB, SEQ, micro, per_rank // micro, "bf16", cuda,
+                                can_compile, cuts=cuts)
+        base = preset_rates.get(ranks)
+        vs = f"; {rate.median / base:.2f}x the preset's row (cuts off)" if base else ""
+        check.report(f"memory-bound cuts ({cuts.text()}), {per_rank} sequences a GPU as the "
+                     f"preset splits them ({micro} x {per_rank // micro}), {how}, bf16: "
+                     f"{rate.text()}, {mfu(rate.median)}; peak memory {mem:.1f} GiB{vs}")
+
+    def cut_rows(kinds: tuple[Cuts, ...], until: float) -> None:
+        for cuts in kinds:
+            for ranks in (1, RANKS_OF_A_NODE):
+                check.part(f"cuts ({cuts.text()}), {ranks} GPU(s)", partial(cut_row, cuts, ranks),
+                           until=until)
+
+    cut_rows((ALL_CUTS,), HARD_CAP_S - PAPER_ROW_S - GPU_TESTS_RESERVE_S)
     left = min(GPU_TESTS_S, HARD_CAP_S - 10 - check.elapsed())
     check.part("`-m gpu` tests", lambda: check.report(
         f"`-m gpu` tests: {gpu_tests(left)}" if left >= 30 else
         f"`-m gpu` tests: not run, {max(left, 0):.0f} s left before the hard cap", left >= 30))
-    for cuts in (ALL_CUTS, *ONE_CUT):
-        for ranks in (1, RANKS_OF_A_NODE):
-            def cut_row(cuts: Cuts = cuts, ranks: int = ranks) -> None:
-                per_rank = batch // ranks
-                micro = split.get(ranks, per_rank)
-                rate, mem = update_rate(PAPER, PAPER_VOCAB, SEQ, micro, per_rank // micro,
-                                        "bf16", cuda, can_compile, cuts=cuts)
-                base = preset_rates.get(ranks)
-                vs = f"; {rate.median / base:.2f}x the preset's row (cuts off)" if base else ""
-                check.report(f"memory-bound cuts ({cuts.text()}), {per_rank} sequences a GPU "
-                             f"as the preset splits them ({micro} x {per_rank // micro}), "
-                             f"{how}, bf16: {rate.text()}, {mfu(rate.median)}; peak memory "
-                             f"{mem:.1f} GiB{vs}")
-            check.part(f"cuts ({cuts.text()}), {ranks} GPU(s)", cut_row,
-                       until=HARD_CAP_S - PAPER_ROW_S)
+    cut_rows(ONE_CUT, HARD_CAP_S - PAPER_ROW_S)
     for task, (k, seq) in FINETUNE_SHAPES.items():
         def tune(task: str = task, k: int = k, seq: int = seq) -> None:
             comp = bool(PAPER_FINETUNE["compile"]) and can_compile
