@@ -11,24 +11,31 @@ Measures on cuda:0, in this order, and writes benchmarks/results/gpu_<device>_<d
   5. a measured bf16 GEMM ceiling and the device's data-sheet peak;
   6. the paper preset's micro-batching (micro_batch_seqs: auto, batch 64): the probe's choice
      on 1 GPU and per GPU of 8 (8 sequences a rank), each timed compiled;
-  7. CUDA graphs (pretrain.cuda_graphs, gpt1/graphs.py) at 8 x 512 and 64 x 512, and the
-     dropout rule under them: the same (seed, step, micro-batch) twice gives a bitwise-equal
-     loss, another seed another, and no graph is recorded after warm-up;
+  7. CUDA graphs (pretrain.cuda_graphs, gpt1/graphs.py) at 8 x 512 and 64 x 512, the whole
+     update captured (cuda_graph_scope: update) at 8 x 512, and the dropout rule under each
+     scope: the same (seed, step, micro-batch) twice gives a bitwise-equal loss, another seed
+     another, and no graph is recorded after warm-up;
   8. the LSTM baseline at 64 x 512 and 8 x 512 (compiled, bf16);
   9. 240 updates of the real pre-training loop on synthetic shards, a checkpoint every 80:
      tokens/s of its 20-update log windows and the seconds lost per checkpoint;
- 10. the `-m gpu` tests (pytest), where the project's test dependencies are installed;
- 11. a RACE-shaped (32 x 4 x 512) and an MNLI-shaped (32 x 1 x 128) fine-tuning update with the
+ 10. the memory-bound cuts (pretrain.loss_chunk_tokens, fused_clip, bf16_norms) all on at
+     64 x 512 and 8 x 512, beside the preset's rows (part 6, all off), while a row and the
+     tests' reserve still fit before the watchdog (their agreement with the uncut update runs
+     with parts 1-4);
+ 11. the `-m gpu` tests (pytest), where the project's test dependencies are installed; then
+     each cut alone at 64 x 512 and 8 x 512, while a row still fits before the watchdog;
+ 12. a RACE-shaped (32 x 4 x 512) and an MNLI-shaped (32 x 1 x 128) fine-tuning update with the
      auxiliary LM loss; vocabulary padded to 64 vs not, compiled vs eager; transformers'
      OpenAIGPTLMHeadModel at the same shape, when installed.
 Every rate is the median of 5 windows of 20 updates with its spread (min-max), each window
 timed by CUDA events (gpu_workloads.windowed_rate), beside the host's enqueue time an update.
 Each part runs on its own: one that fails is named in the file with its error and the check
-goes on; Dynamo is reset before each compiled configuration. Part 11 is skipped (and said
-so) past BUDGET_S, and a watchdog writes the file and stops the check at HARD_CAP_S, naming the
-part it was in. It imports torch and the model, LSTM, loss, optimizer, update-step, graphs and
-micro-batch modules only: no params schema (pydantic, PyYAML) is needed on the GPU host, where
-part 9, which runs the real loop and its params, is then reported as not run. Without CUDA it
+goes on; Dynamo is reset before each compiled configuration. Part 12 is skipped (and said
+so) past BUDGET_S, a cut row when it would not end before HARD_CAP_S, and a watchdog
+writes the file and stops the check at HARD_CAP_S, naming the part it was in. It imports
+torch and the model, LSTM, loss, optimizer, update-step, graphs and micro-batch modules only:
+no params schema (pydantic, PyYAML) is needed on the GPU host, where part 9, which runs the
+real loop and its params, is then reported as not run. Without CUDA it
 stops at once: exit 2, one line. Exit 1 when a part failed or a check did not hold.
 """
 
@@ -42,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -55,12 +63,15 @@ import torch.multiprocessing as mp  # noqa: E402
 from devices import bf16_peak  # noqa: E402
 from gpu_workloads import (  # noqa: E402
     FINETUNE_SHAPES,
+    NO_CUTS,
     PAPER_FINETUNE,
     PAPER_PRETRAIN,
     CausalLoss,
+    Cuts,
     finetune_step,
     gpt,
     graph_reseeding,
+    loss_module,
     lost_per_checkpoint,
     pretrain_loop,
     probe_micro,
@@ -71,6 +82,7 @@ from gpu_workloads import (  # noqa: E402
 from results_file import write  # noqa: E402
 from torch import nn  # noqa: E402
 
+from gpt1 import graphs  # noqa: E402
 from gpt1.lstm import lstm_flops_per_token  # noqa: E402
 from gpt1.model import flops_per_token  # noqa: E402
 from gpt1.optim import build_optimizer  # noqa: E402
@@ -111,6 +123,21 @@ CHECKPOINT_LOST_S = 0.5
 """Seconds a checkpoint may cost the loop (model + Adam, ~1.4 GB)."""
 GPU_TESTS_S = 120
 """At most this long for the `-m gpu` tests (the 2026-11-26 run: 40 s)."""
+GPU_TESTS_RESERVE_S = 60
+"""Seconds kept for the `-m gpu` tests when the all-on cut rows run before them."""
+PAPER_ROW_S = 50
+"""The most one compiled row at the paper shape is expected to take (a compilation, 103
+updates): a cut row starts only while this much is left before HARD_CAP_S (an
+estimate: the 2026-11-26 check's 7 compiled configurations took about 33 s each)."""
+LOSS_CHUNK_TOKENS = 8192
+"""pretrain.loss_chunk_tokens measured: 4 chunks of 8,192 tokens at 64 x 512 (1.3 GB of fp32
+logits at a time instead of 5.3 GB), one at 8 x 512."""
+ALL_CUTS = Cuts(loss_chunk_tokens=LOSS_CHUNK_TOKENS, fused_clip=True, bf16_norms=True)
+ONE_CUT = (Cuts(loss_chunk_tokens=LOSS_CHUNK_TOKENS), Cuts(fused_clip=True),
+           Cuts(bf16_norms=True))
+CUTS_BF16_AGREE = 1e-2
+"""Largest relative loss difference accepted between the cut and the uncut update in bf16
+(the cuts round differently: the chunked loss, the clip's divisor, bf16 residual sums)."""
 
 
 def model_cfg(**fields: Any) -> SimpleNamespace:
@@ -128,17 +155,32 @@ def build(cfg: dict[str, Any], vocab: int, device: torch.device) -> CausalLoss:
 
 
 def losses(device: torch.device, compiled: bool = False, steps: int = STEPS,
-           precision: str = "fp32") -> list[float]:
-    """The losses of `steps` updates of the small model on the fixed batches."""
-    module = build(SMALL, SMALL_VOCAB, device)
+           precision: str = "fp32", cuts: Cuts = NO_CUTS) -> list[float]:
+    """The losses of `steps` updates of the small model on the fixed batches (`cuts` on)."""
+    module = loss_module(SMALL, SMALL_VOCAB, device, cuts)
     if compiled:
         torch._dynamo.reset()
         module.compile()
     opt = build_optimizer(module, 1e-3, (0.9, 0.999), 1e-8, 0.01)
     data = batches(steps, SMALL_BATCH, SMALL_LEN, SMALL_VOCAB)
     out = [train_step(module, opt, [(i, to_device(data[i], device))], seeded_loss, 1e-3, 1.0,
-                      precision)[0] for i in range(steps)]
+                      precision, fused_clip=cuts.fused_clip)[0] for i in range(steps)]
     return [float(x) for x in torch.stack(out).tolist()]
+
+
+SMALL_CUTS = Cuts(loss_chunk_tokens=SMALL_BATCH * SMALL_LEN // 4, fused_clip=True,
+                  bf16_norms=True)
+"""The cuts on the small model: the loss in 4 chunks."""
+
+
+def cuts_agreement(device: torch.device, steps: int = STEPS) -> tuple[float, float]:
+    """Relative loss gaps of the small model's updates with the memory-bound cuts on vs off:
+    fp32 (the chunked loss and the clip in AdamW: the same sums; bf16_norms does nothing
+    without autocast) and bf16 (all three)."""
+    fp32 = relative_gap(losses(device, steps=steps), losses(device, steps=steps, cuts=SMALL_CUTS))
+    bf16 = relative_gap(losses(device, steps=steps, precision="bf16"),
+                        losses(device, steps=steps, precision="bf16", cuts=SMALL_CUTS))
+    return fp32, bf16
 
 
 def relative_gap(a: list[float], b: list[float]) -> float:
@@ -304,10 +346,13 @@ class Check:
         if not ok:
             self.failed.append(line)
 
-    def part(self, name: str, run: Callable[[], Any], optional: bool = False) -> Any:
-        """run() as part `name`; None, and a line naming it, when it raised or was skipped."""
-        if optional and self.elapsed() > self.budget_s:
-            self.report(f"{name}: skipped, past {self.budget_s:.0f} s")
+    def part(self, name: str, run: Callable[[], Any], optional: bool = False,
+             until: float | None = None) -> Any:
+        """run() as part `name`; None, and a line naming it, when it raised or was skipped
+        (optional: past budget_s; `until`: past that many seconds)."""
+        last = self.budget_s if optional else until
+        if last is not None and self.elapsed() > last:
+            self.report(f"{name}: skipped, past {last:.0f} s")
             return None
         self.current = name
         try:
@@ -336,7 +381,8 @@ class Check:
 
 
 def agreement_parts(check: Check, cuda: torch.device, can_compile: bool) -> None:
-    """Parts 1-4: CPU vs CUDA, compiled vs eager, host syncs, DDP."""
+    """Parts 1-4: CPU vs CUDA, compiled vs eager, host syncs, DDP; the memory-bound cuts vs
+    none."""
     def cpu_vs_cuda() -> None:
         gap = relative_gap(losses(torch.device("cpu")), losses(cuda))
         check.report(f"CPU vs CUDA, {STEPS} fp32 updates, same batches: max relative loss gap "
@@ -363,14 +409,24 @@ def agreement_parts(check: Check, cuda: torch.device, can_compile: bool) -> None
     check.part("host syncs per update", lambda: check.report(
         "host syncs per update (train_step + non-finite watch + batch copy, bf16): "
         f"{host_syncs_per_step(cuda):g}"))
+
+    def cuts() -> None:
+        fp32, bf16 = cuts_agreement(cuda)
+        check.report(f"memory-bound cuts vs none, {STEPS} updates of the small model: fp32 "
+                     f"(chunked loss, clip in AdamW) max relative loss gap {fp32:.2e} "
+                     f"(<= {AGREE:g}); bf16 (and bf16 LayerNorm outputs) {bf16:.2e} "
+                     f"(<= {CUTS_BF16_AGREE:g})", fp32 <= AGREE and bf16 <= CUTS_BF16_AGREE)
+
     check.part("2-rank DDP", ddp)
     check.part("2-rank DDP, ZeRO-1", lambda: ddp(zero1=True))
+    check.part("memory-bound cuts agreement", cuts)
 
 
 def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: str) -> None:
-    """Parts 5-10: the GEMM ceiling, the preset's split with and without CUDA graphs, the
-    dropout rule under graphs, the LSTM, the real loop and its checkpoints, fine-tuning,
-    padding, compile and transformers at the paper shape."""
+    """Parts 5-12: the GEMM ceiling, the preset's split with and without CUDA graphs, the
+    dropout rule under graphs, the LSTM, the real loop and its checkpoints, the `-m gpu`
+    tests, the memory-bound cuts, fine-tuning, padding, compile and transformers at the paper
+    shape."""
     fpt = flops_per_token(model_cfg(**PAPER), PAPER_VOCAB, SEQ)  # type: ignore[arg-type]
     peak = bf16_peak(name)
     ceiling = check.part("bf16 GEMM ceiling", lambda: gemm_ceiling(cuda)) or 0.0
@@ -386,6 +442,7 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
     how = "compiled" if can_compile else "eager"
     rates: dict[tuple[int, bool], float] = {}
     split: dict[int, int] = {}
+    preset_rates: dict[int, float] = {}  # ranks -> the preset row's tokens/s (cuts off)
     for ranks in (1, RANKS_OF_A_NODE):
         def preset(ranks: int = ranks) -> None:
             per_rank = batch // ranks
@@ -393,6 +450,7 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
             split[ranks] = micro
             rate, mem = update_rate(PAPER, PAPER_VOCAB, SEQ, micro, per_rank // micro, "bf16",
                                     cuda, can_compile)
+            preset_rates[ranks] = rate.median
             if ranks == 1:
                 rates[64, can_compile] = rate.median
             check.report(f"paper preset, micro_batch_seqs auto on {ranks} GPU(s): {per_rank} "
@@ -406,20 +464,26 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
         if not can_compile:
             check.report("CUDA graphs: not run, no C compiler (torch.compile needs one)", False)
             return
-        for rows in (batch // RANKS_OF_A_NODE, batch):
-            def one(rows: int = rows) -> None:
+        split_rows = batch // RANKS_OF_A_NODE
+        for scope, rows in (("forward_backward", split_rows), ("forward_backward", batch),
+                            ("update", split_rows)):
+            def one(scope: str = scope, rows: int = rows) -> None:
                 rate, mem = update_rate(PAPER, PAPER_VOCAB, SEQ, rows, 1, "bf16", cuda, True,
-                                        cuda_graphs=True)
+                                        cuda_graphs=True, scope=scope)
                 check.report(f"paper shape, micro-batch {rows} x 1, compiled with CUDA graphs "
-                             f"(pretrain.cuda_graphs), bf16: {rate.text()}, {mfu(rate.median)}; "
-                             f"peak memory {mem:.1f} GiB")
-            check.part(f"CUDA graphs, micro-batch {rows}", one)
+                             f"(pretrain.cuda_graphs, cuda_graph_scope {scope}), bf16: "
+                             f"{rate.text()}, {mfu(rate.median)}; peak memory {mem:.1f} GiB")
+            check.part(f"CUDA graphs ({scope}), micro-batch {rows}", one)
+        for scope in graphs.SCOPES:
+            check.part(f"CUDA graphs ({scope}), dropout rule", partial(reseeding, scope))
+
+    def reseeding(scope: str) -> None:
         reseed = graph_reseeding(SMALL_DROPOUT, SMALL_VOCAB, SMALL_LEN, SMALL_BATCH, "bf16",
-                                 cuda, True)
+                                 cuda, True, scope=scope)
         ok = (reseed["same_seed_equal"] and reseed["other_seed_differs"]
               and reseed["rerecordings"] == 0)
-        check.report(f"CUDA graphs, dropout reseeded per micro-batch: the same (seed, step, "
-                     f"micro-batch) twice: bitwise-equal loss {reseed['same_seed_equal']}; "
+        check.report(f"CUDA graphs ({scope}), dropout reseeded per micro-batch: the same (seed, "
+                     f"step, micro-batch) twice: bitwise-equal loss {reseed['same_seed_equal']}; "
                      f"another seed: another loss {reseed['other_seed_differs']} "
                      f"({reseed['loss']:.6f} vs {reseed['other_loss']:.6f}); graphs recorded "
                      f"in warm-up {reseed['recordings']}, after it {reseed['rerecordings']}", ok)
@@ -463,10 +527,30 @@ def workload_parts(check: Check, cuda: torch.device, can_compile: bool, name: st
                      lost <= CHECKPOINT_LOST_S)
 
     check.part("real pre-training loop", loop)
+
+    def cut_row(cuts: Cuts, ranks: int) -> None:
+        per_rank = batch // ranks
+        micro = split.get(ranks, per_rank)
+        rate, mem = update_rate(PAPER, PAPER_VOCAB, SEQ, micro, per_rank // micro, "bf16", cuda,
+                                can_compile, cuts=cuts)
+        base = preset_rates.get(ranks)
+        vs = f"; {rate.median / base:.2f}x the preset's row (cuts off)" if base else ""
+        check.report(f"memory-bound cuts ({cuts.text()}), {per_rank} sequences a GPU as the "
+                     f"preset splits them ({micro} x {per_rank // micro}), {how}, bf16: "
+                     f"{rate.text()}, {mfu(rate.median)}; peak memory {mem:.1f} GiB{vs}")
+
+    def cut_rows(kinds: tuple[Cuts, ...], until: float) -> None:
+        for cuts in kinds:
+            for ranks in (1, RANKS_OF_A_NODE):
+                check.part(f"cuts ({cuts.text()}), {ranks} GPU(s)", partial(cut_row, cuts, ranks),
+                           until=until)
+
+    cut_rows((ALL_CUTS,), HARD_CAP_S - PAPER_ROW_S - GPU_TESTS_RESERVE_S)
     left = min(GPU_TESTS_S, HARD_CAP_S - 10 - check.elapsed())
     check.part("`-m gpu` tests", lambda: check.report(
         f"`-m gpu` tests: {gpu_tests(left)}" if left >= 30 else
         f"`-m gpu` tests: not run, {max(left, 0):.0f} s left before the hard cap", left >= 30))
+    cut_rows(ONE_CUT, HARD_CAP_S - PAPER_ROW_S)
     for task, (k, seq) in FINETUNE_SHAPES.items():
         def tune(task: str = task, k: int = k, seq: int = seq) -> None:
             comp = bool(PAPER_FINETUNE["compile"]) and can_compile

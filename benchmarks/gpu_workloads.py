@@ -36,10 +36,10 @@ from torch import nn
 from gpt1 import graphs, micro_batch, names
 from gpt1.heads import TaskModel
 from gpt1.lstm import LSTMLM
-from gpt1.model import GPT
+from gpt1.model import GPT, keep_norms_low_precision, next_token_loss
 from gpt1.optim import build_optimizer
 from gpt1.runtime import Stopwatch, to_device
-from gpt1.step import micro_batch_seed, seeded_loss, train_step
+from gpt1.step import WholeUpdate, micro_batch_seed, seeded_loss, train_step
 from gpt1.task_losses import make_loss_fn
 from gpt1.tasks.registry import TASKS
 
@@ -105,14 +105,15 @@ def compiled(module: nn.Module, on: bool) -> nn.Module:
 
 
 class CausalLoss(nn.Module):
-    """(B, T + 1) windows -> mean next-token loss (as gpt1.pretraining.CausalLM)."""
+    """(B, T + 1) windows -> mean next-token loss (as gpt1.pretraining.CausalLM, which needs
+    the params schema): `loss_chunk_tokens` as pretrain.loss_chunk_tokens."""
 
-    def __init__(self, lm: GPT) -> None:
+    def __init__(self, lm: GPT, loss_chunk_tokens: int | None = None) -> None:
         super().__init__()
-        self.lm = lm
+        self.lm, self.loss_chunk_tokens = lm, loss_chunk_tokens
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
-        return self.lm.lm_losses(self.lm(windows[:, :-1]), windows[:, 1:]).mean()
+        return next_token_loss(self.lm, windows, self.loss_chunk_tokens)
 
 
 def gpt(cfg: dict[str, Any], vocab: int, device: torch.device) -> GPT:
@@ -191,52 +192,104 @@ def body(cfg: dict[str, Any], vocab: int, device: torch.device) -> nn.Module:
     return gpt(cfg, vocab, device)
 
 
-def update_rate(cfg: dict[str, Any], vocab: int, seq: int, micro: int, accum: int,
-                precision: str, device: torch.device, compile_: bool, cuda_graphs: bool = False,
-                windows: int = WINDOWS, per_window: int = WINDOW_UPDATES) -> tuple[Rate, float]:
-    """(rate, peak GiB) of updates of `accum` micro-batches of `micro` x seq tokens through
-    train_step, as pre-training runs them (seeds from micro_batch_seed, seeded_loss);
-    cuda_graphs: the module graphed as pretrain.cuda_graphs does (gpt1.graphs)."""
-    reset_peak(device)
-    module: nn.Module = CausalLoss(body(cfg, vocab, device)).train()  # type: ignore[arg-type]
-    opt = build_optimizer(module, 2.5e-4, (0.9, 0.999), 1e-8, 0.01)
-    if cuda_graphs:
-        torch._dynamo.reset()
+@dataclass(frozen=True)
+class Cuts:
+    """The memory-bound cuts of an update, as the pretrain keys of the same names set them:
+    the output layer + loss fused over `loss_chunk_tokens` (None: unfused), the clip inside
+    the fused AdamW, LayerNorm outputs kept bf16 under autocast."""
+
+    loss_chunk_tokens: int | None = None
+    fused_clip: bool = False
+    bf16_norms: bool = False
+
+    def text(self) -> str:
+        on = [f"pretrain.loss_chunk_tokens {self.loss_chunk_tokens}"] * (
+            self.loss_chunk_tokens is not None)
+        on += ["pretrain.fused_clip"] * self.fused_clip + ["pretrain.bf16_norms"] * self.bf16_norms
+        return ", ".join(on) or "no cuts"
+
+
+NO_CUTS = Cuts()
+
+
+def loss_module(cfg: dict[str, Any], vocab: int, device: torch.device, cuts: Cuts = NO_CUTS
+                ) -> nn.Module:
+    """The network of `cfg` as pre-training trains it (the loss module, `cuts` applied)."""
+    lm = body(cfg, vocab, device)
+    keep_norms_low_precision(lm, cuts.bf16_norms)
+    return CausalLoss(lm, cuts.loss_chunk_tokens).train()  # type: ignore[arg-type]
+
+
+def updater(module: nn.Module, opt: torch.optim.Optimizer, precision: str, compile_: bool,
+            scope: str | None, fused_clip: bool, recordings: graphs.Recordings | None = None
+            ) -> Callable[[list[tuple[int, torch.Tensor]], float], torch.Tensor]:
+    """update(micro-batches, lr) -> loss, as pretraining runs it: `scope` None = train_step
+    over the module compiled as `compile_` says; forward_backward = the module graphed as
+    pretrain.cuda_graphs does; update = the whole update captured (gpt1.step.WholeUpdate)
+    over the compiled module. Clip 1.0, never halted."""
+    torch._dynamo.reset()
+    recordings = recordings or graphs.Recordings(on=False)
+    if scope == "forward_backward":
         module = graphs.graphed(module)
     else:
         compiled(module, compile_)
+    whole = (WholeUpdate(module, opt, 1.0, precision, fused_clip, graphs.WARMUP_STEPS,
+                         recordings.recorded) if scope == "update" else None)
+    halted = torch.zeros((), dtype=torch.bool, device=next(module.parameters()).device)
+
+    def update(batches: list[tuple[int, torch.Tensor]], lr: float) -> torch.Tensor:
+        with recordings.counting():
+            if whole is not None:
+                return whole(batches, lr, halted)[0]
+            return train_step(module, opt, batches, seeded_loss, lr, 1.0, precision, halted,
+                              fused_clip)[0]
+
+    return update
+
+
+def update_rate(cfg: dict[str, Any], vocab: int, seq: int, micro: int, accum: int,
+                precision: str, device: torch.device, compile_: bool, cuda_graphs: bool = False,
+                windows: int = WINDOWS, per_window: int = WINDOW_UPDATES, cuts: Cuts = NO_CUTS,
+                scope: str = "forward_backward") -> tuple[Rate, float]:
+    """(rate, peak GiB) of updates of `accum` micro-batches of `micro` x seq tokens through
+    train_step, as pre-training runs them (seeds from micro_batch_seed, seeded_loss);
+    cuda_graphs: graphed as pretrain.cuda_graphs does, with pretrain.cuda_graph_scope `scope`
+    (gpt1.graphs); `cuts`: the memory-bound cuts on (Cuts)."""
+    reset_peak(device)
+    module = loss_module(cfg, vocab, device, cuts)
+    opt = build_optimizer(module, 2.5e-4, (0.9, 0.999), 1e-8, 0.01)
+    step = updater(module, opt, precision, compile_, scope if cuda_graphs else None,
+                   cuts.fused_clip)
     gen = torch.Generator().manual_seed(0)
     data = torch.randint(0, vocab, (accum, micro, seq + 1), generator=gen)
 
     def update(i: int) -> None:
         batches = [(micro_batch_seed(0, i, m), to_device(data[m], device)) for m in range(accum)]
-        train_step(module, opt, batches, seeded_loss, 2.5e-4, 1.0, precision)
+        step(batches, 2.5e-4)
 
     rate = windowed_rate(update, accum * micro * seq, device, windows, per_window)
     return rate, peak_gib(device)
 
 
 def graph_reseeding(cfg: dict[str, Any], vocab: int, seq: int, rows: int, precision: str,
-                    device: torch.device, cuda_graphs: bool, warmup: int = graphs.WARMUP_STEPS
-                    ) -> dict[str, Any]:
-    """The dropout rule under CUDA graphs: at lr 0 (the weights never change) updates of one
-    micro-batch seeded (run seed, step, 0) as pre-training seeds it: the same seed twice gives
-    bitwise-equal losses, another seed another loss; the graphs recorded after warm-up
-    (gpt1.graphs.Recordings). cuda_graphs False: the same through the eager module."""
-    torch._dynamo.reset()
-    module: nn.Module = CausalLoss(body(cfg, vocab, device)).train()  # type: ignore[arg-type]
+                    device: torch.device, cuda_graphs: bool, warmup: int = graphs.WARMUP_STEPS,
+                    scope: str = "forward_backward", compile_: bool = True) -> dict[str, Any]:
+    """The dropout rule under CUDA graphs (pretrain.cuda_graph_scope `scope`): at lr 0 (the
+    weights never change) updates of one micro-batch seeded (run seed, step, 0) as
+    pre-training seeds it: the same seed twice gives bitwise-equal losses, another seed another
+    loss; the graphs recorded after warm-up (gpt1.graphs.Recordings). The whole update is
+    captured over the module compiled as the pipeline compiles it (`compile_`). cuda_graphs
+    False: the same through the eager module."""
+    module = loss_module(cfg, vocab, device)
     opt = build_optimizer(module, 0.0, (0.9, 0.999), 1e-8, 0.0)
-    if cuda_graphs:
-        module = graphs.graphed(module)
+    recordings = graphs.Recordings(on=cuda_graphs and scope == "forward_backward")
+    step_of = updater(module, opt, precision, compile_ and cuda_graphs and scope == "update",
+                      scope if cuda_graphs else None, False, recordings)
     windows = to_device(torch.randint(0, vocab, (rows, seq + 1),
                                       generator=torch.Generator().manual_seed(0)), device)
-    recordings = graphs.Recordings()
 
     def loss(seed: int, step: int) -> torch.Tensor:
-        with recordings.counting():
-            out = train_step(module, opt, [(micro_batch_seed(seed, step, 0), windows)],
-                             seeded_loss, 0.0, 1.0, precision)
-        return out[0].clone()
+        return step_of([(micro_batch_seed(seed, step, 0), windows)], 0.0).clone()
 
     for step in range(warmup):
         loss(1234, step)

@@ -306,8 +306,29 @@ class PretrainCfg(Section):
     cuda_graphs: bool
     """Run each update's forward and backward as CUDA graphs (gpt1/graphs.py: torch.compile's
     mode reduce-overhead; needs compile: true and a GPU). Where they cannot run (a CPU under
-    device auto, several DDP ranks, several micro-batches an update) one warning line says so
-    and the run goes on without them; changes speed, not the result's distribution."""
+    device auto, several micro-batches an update) one warning line says so and the run goes
+    on without them; with several DDP ranks the run is refused at start (one line, exit 2).
+    Changes speed, not the result's distribution."""
+    cuda_graph_scope: Literal["forward_backward", "update"]
+    """What a graph holds with cuda_graphs on (gpt1/graphs.py): `forward_backward` = each
+    micro-batch's forward and backward (torch.compile's reduce-overhead), clip and AdamW outside;
+    `update` = the whole update, forward, backward, clip and the fused AdamW step, one graph
+    recorded by hand over the compiled module (one micro-batch an update). The dropout rule is
+    the eager one in both."""
+    loss_chunk_tokens: PosInt | None
+    """The output layer and the cross-entropy fused, this many tokens at a time
+    (gpt1.model.LinearCrossEntropy): the forward makes each chunk's fp32 logits, its loss and
+    its gradients, so the (tokens x vocabulary) logits are never held whole, forward or
+    backward; null = the output layer, then the loss (the logits of every token at once). The
+    same loss and gradients up to rounding; off until a GPU measures it (docs/gpu.md)."""
+    fused_clip: bool
+    """Clip the gradient norm inside the fused AdamW kernel (gpt1.step.clip_scale: each
+    gradient divided as the kernel reads it, GradScaler's unscale) instead of in a pass over
+    every gradient of its own; the same update up to fp32 rounding."""
+    bf16_norms: bool
+    """Under bf16 autocast, LayerNorm outputs stay bf16 (gpt1.model.LayerNorm; autocast makes
+    them fp32): in the post-LN blocks the residual stream, its sums and dropouts then run in
+    bf16, statistics still accumulated in fp32. Nothing changes in fp32 runs."""
     nproc: Literal["auto"] | PosInt
     """Processes `python -m gpt1 pretrain` / `pretrain_lstm` launches itself over on this node
     (torch's elastic launcher, one per GPU; gloo processes on the CPU): `auto` = every GPU
@@ -352,6 +373,16 @@ class PretrainCfg(Section):
             raise Gpt1Error(f"pretrain.batch_seqs={self.batch_seqs} is not micro_batch_seqs="
                             f"{size} x accumulation x {world} ranks")
         return accum
+
+    def refuse_graphs_with_ddp(self, world: int) -> None:
+        """Stop (Gpt1Error: one line, exit 2) when cuda_graphs is on with several DDP ranks:
+        DDP's all-reduce hooks fire from inside the graphed backward, which is neither built
+        nor measured. A refusal, not a quiet fallback, so a multi-GPU run never runs without
+        the graphs it asked for (the launcher asks before launching ranks, each rank again)."""
+        if self.cuda_graphs and world > 1:
+            raise Gpt1Error(f"pretrain.cuda_graphs: true with {world} DDP ranks: CUDA graphs "
+                            "under DDP are not supported yet (its all-reduce hooks); set "
+                            "pretrain.cuda_graphs: false, or pretrain.nproc: 1")
 
     @model_validator(mode="after")
     def _one_budget(self) -> PretrainCfg:

@@ -35,6 +35,7 @@ def launch_if_needed(argv: list[str], params: Params, params_path: str) -> bool:
     if nproc == 1:
         return False
     params.pretrain.accumulation(nproc)  # the batch splits over the ranks, or stop
+    params.pretrain.refuse_graphs_with_ddp(nproc)  # or stop, before any rank starts
     code, signum = launch_ranks(nproc, ["--params", params_path, *argv])
     if signum is not None:
         raise StoppedError(f"stopped ({nproc} ranks); re-run to resume from the latest "

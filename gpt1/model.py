@@ -10,7 +10,7 @@ built model by gpt1/backends (`model.backend`), which this file does not know ab
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +70,98 @@ class TiedEmbedding(nn.Module):
         logits = self.logits(h.reshape(-1, h.size(-1))).float()  # (N, V)
         return F.cross_entropy(logits, targets.reshape(-1), reduction="none")
 
+    def mean_loss(self, h: torch.Tensor, targets: torch.Tensor, chunk_tokens: int
+                  ) -> torch.Tensor:
+        """row_losses(h, targets).mean(), `chunk_tokens` positions at a time: the (N, V)
+        logits are never held whole (LinearCrossEntropy; pretrain.loss_chunk_tokens)."""
+        h2, t = h.reshape(-1, h.size(-1)), targets.reshape(-1)  # (N, C), (N,)
+        w = self.output_weight()
+        if torch.is_grad_enabled() and (h2.requires_grad or w.requires_grad):
+            loss: torch.Tensor = LinearCrossEntropy.apply(h2, w, t, self.n_real, chunk_tokens)
+            return loss
+        return linear_cross_entropy(h2, w, t, self.n_real, chunk_tokens, grads=False)[0]
+
+
+def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                         n_real: int, chunk_tokens: int, grads: bool
+                         ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(mean loss, dL/dh, dL/dW) of the mean cross-entropy of softmax(h W^T) over the first
+    n_real of W's rows, `chunk_tokens` rows of h at a time; h (N, C), W (V, C), targets (N,).
+
+    Each chunk's fp32 logits (chunk x V) are made, reduced to the loss and, with `grads`, turned
+    into the chunk's softmax - one-hot in place, which gives dL/dh and adds to dL/dW at once,
+    so no (N, V) tensor ever exists (forward or backward). The GEMMs run as F.linear would:
+    under autocast in its dtype (bf16), with fp32 logits, as row_losses does. The padded rows
+    of W (past n_real) get logit -inf: probability 0, so no gradient, as row_losses cuts them.
+    """
+    N = h.size(0)
+    total = torch.zeros((), dtype=torch.float32, device=h.device)
+    grad_h = torch.empty_like(h) if grads else None
+    grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if grads else None
+    for start in range(0, N, chunk_tokens):
+        hc, tc = h[start : start + chunk_tokens], targets[start : start + chunk_tokens]
+        z = F.linear(hc, weight).float()  # (n, V) fp32 logits of this chunk only
+        if n_real < z.size(1):
+            z[:, n_real:] = float("-inf")  # padded rows: outside the softmax
+        lse = torch.logsumexp(z, dim=1)  # (n,)
+        total += (lse - z.gather(1, tc[:, None]).squeeze(1)).sum()
+        if grad_h is not None and grad_w is not None:
+            p = z.sub_(lse[:, None]).exp_()  # softmax, in place: (n, V)
+            p.scatter_add_(1, tc[:, None], torch.full_like(lse[:, None], -1.0)).div_(N)
+            grad_h[start : start + chunk_tokens] = p.matmul(weight).to(h.dtype)  # (n, C)
+            grad_w += p.t().matmul(hc).float()  # (V, C)
+    return total / N, grad_h, grad_w
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """mean cross-entropy of softmax(h W^T) whose forward also computes the gradients
+    (linear_cross_entropy) and whose backward scales them by the incoming gradient: the output
+    layer and the loss fused, chunk by chunk, with no recomputation (the loss is a mean, so
+    its gradient is a scalar times what the forward made)."""
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                n_real: int, chunk_tokens: int) -> torch.Tensor:
+        loss, grad_h, grad_w = linear_cross_entropy(h, weight, targets, n_real, chunk_tokens,
+                                                    grads=True)
+        ctx.save_for_backward(grad_h, grad_w)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        grad_h, grad_w = ctx.saved_tensors  # dL/dW in fp32, the weights' dtype (autocast)
+        return grad_h * grad_out.to(grad_h.dtype), grad_w * grad_out, None, None, None
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm whose output, with `keep_low_precision` (pretrain.bf16_norms) and under
+    autocast, stays in the autocast dtype (bf16) instead of fp32 (autocast runs layer_norm in
+    fp32). The statistics are still accumulated in fp32 (torch's kernels do for bf16 input).
+    In a post-LN block the output is the residual stream, so the next residual sum and its
+    dropout run in bf16 too, at half the memory traffic; the rounding added is the one the
+    next linear layer's bf16 input makes anyway, plus that of the residual sum before the next
+    LayerNorm. Off, or without autocast, it is nn.LayerNorm."""
+
+    keep_low_precision = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kind = x.device.type
+        if not (self.keep_low_precision and torch.is_autocast_enabled(kind)):
+            return super().forward(x)
+        low = torch.get_autocast_dtype(kind)
+        with torch.autocast(kind, enabled=False):
+            w, b = self.weight.to(x.dtype), self.bias.to(x.dtype)
+            return F.layer_norm(x, self.normalized_shape, w, b, self.eps).to(low)
+
+
+def keep_norms_low_precision(model: nn.Module, on: bool) -> int:
+    """Set every LayerNorm of `model` to keep its output in the autocast dtype (or not);
+    returns how many were set."""
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm)]
+    for m in norms:
+        m.keep_low_precision = on
+    return len(norms)
+
 
 class Attention(nn.Module):
     """Masked multi-head self-attention, scaled by 1/sqrt(d_head), with dropout on the
@@ -119,9 +211,9 @@ class Block(nn.Module):
         super().__init__()
         self.pre_ln = cfg.arch == "gpt2"
         self.attn = Attention(cfg)
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self.ln_1 = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.mlp = MLP(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+        self.ln_2 = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.pre_ln:  # spec §4 (GPT-2): x + f(LN(x))
@@ -147,9 +239,9 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.embd_pdrop)
         self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         # spec §4: GPT-2 adds a final LayerNorm after the last (pre-LN) block
-        self.ln_f: nn.LayerNorm | None = None
+        self.ln_f: LayerNorm | None = None
         if cfg.arch == "gpt2":
-            self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+            self.ln_f = LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -190,6 +282,27 @@ class GPT(nn.Module):
     def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """(..., C) hidden states, (...) next tokens -> (N,) fp32 per-token cross-entropies."""
         return self.tokens_embed.row_losses(h, targets)
+
+
+class TiedLM(Protocol):
+    """A language model with a tied output layer: GPT, or the LSTM baseline (gpt1/lstm.py)."""
+
+    tokens_embed: TiedEmbedding
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor: ...
+
+    def lm_losses(self, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor: ...
+
+
+def next_token_loss(lm: TiedLM, windows: torch.Tensor, chunk_tokens: int | None
+                    ) -> torch.Tensor:
+    """Mean next-token loss of (B, T + 1) windows through a language model with a tied output
+    layer (GPT, or the LSTM baseline): its per-token losses' mean, or with `chunk_tokens`
+    (pretrain.loss_chunk_tokens) the output layer and loss fused, that many tokens at a time."""
+    h = lm(windows[:, :-1])  # (B, T, C)
+    if chunk_tokens is None:
+        return lm.lm_losses(h, windows[:, 1:]).mean()
+    return lm.tokens_embed.mean_loss(h, windows[:, 1:], chunk_tokens)
 
 
 def padded_vocab(vocab_size: int, multiple: int) -> int:

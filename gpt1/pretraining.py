@@ -35,7 +35,7 @@ from gpt1.data.loader import WindowSampler, eval_windows
 from gpt1.errors import Gpt1Error
 from gpt1.interrupt import stop_on_signals
 from gpt1.lstm import LSTMLM
-from gpt1.model import GPT
+from gpt1.model import GPT, keep_norms_low_precision, next_token_loss
 from gpt1.optim import build_optimizer, lr_at
 from gpt1.progress import MetricsSink, progress
 from gpt1.runtime import (
@@ -52,33 +52,37 @@ from gpt1.runtime import (
 )
 from gpt1.runtime import device as run_device
 from gpt1.snapshot import BackgroundWriter, HostCopier
-from gpt1.step import NonFiniteWatch, micro_batch_seed, seeded_loss, train_step
+from gpt1.step import NonFiniteWatch, WholeUpdate, micro_batch_seed, seeded_loss, train_step
 from gpt1.zero1 import ShardedAdamW, sharded_optimizer
 
 log = logging.getLogger(__name__)
 
 # Fields that change what is logged, how fast, or how the global batch is split (micro-batch
-# size; the rank count is in no params): a run may resume from a checkpoint written with other
-# values of these. The data order and the global batch stay the same; dropout masks are drawn
-# per micro-batch, so after a micro_batch_seqs change they follow the new split.
+# size; the rank count is in no params), or only the rounding of the same sums (the fused
+# loss, the clip in the optimizer kernel, bf16 LayerNorm outputs; as `compile` does): a run
+# may resume from a checkpoint written with other values of these. The data order and the
+# global batch stay the same; dropout masks are drawn per micro-batch, so after a
+# micro_batch_seqs change they follow the new split.
 _NOT_TRAJECTORY = ("eval_interval_steps", "eval_batches", "log_interval_steps",
                    "checkpoint_interval_steps", "compile", "cuda_graphs", "micro_batch_seqs",
-                   "nproc", "zero1")
+                   "nproc", "zero1", "loss_chunk_tokens", "fused_clip", "bf16_norms",
+                   "cuda_graph_scope")
 PROJECTION_STEPS = 3
 """Steps timed (after the first, which pays for warm-up and compilation) for the projection."""
 
 
 class CausalLM(nn.Module):
     """Wraps a language model so one forward returns the mean next-token loss (what DDP and
-    torch.compile wrap). Input: (B, T + 1) windows."""
+    torch.compile wrap). Input: (B, T + 1) windows. `loss_chunk_tokens`
+    (pretrain.loss_chunk_tokens): the output layer and loss fused over chunks of that many
+    tokens (gpt1.model.next_token_loss); None: the per-token losses' mean."""
 
-    def __init__(self, lm: GPT | LSTMLM) -> None:
+    def __init__(self, lm: GPT | LSTMLM, loss_chunk_tokens: int | None = None) -> None:
         super().__init__()
-        self.lm = lm
+        self.lm, self.loss_chunk_tokens = lm, loss_chunk_tokens
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
-        h = self.lm(windows[:, :-1])  # (B, T, C)
-        return self.lm.lm_losses(h, windows[:, 1:]).mean()  # fused output layer + loss
+        return next_token_loss(self.lm, windows, self.loss_chunk_tokens)
 
 
 def step_micro_batches(sampler: WindowSampler, pretrain_seed: int, step: int, rank: int,
@@ -310,6 +314,7 @@ def pretrain(
     with (distributed(device.type) as (rank, world), stop_on_signals() as stop,
           BackgroundWriter() as writer):
         cfg.accumulation(world)
+        cfg.refuse_graphs_with_ddp(world)
         if world > 1:
             check_shared_dir(run_dir, rank, world, device)
         sampler = WindowSampler(train_tokens, cfg.seq_len, pretrain_seed)
@@ -321,7 +326,8 @@ def pretrain(
                                    cfg.adam_eps, cfg.weight_decay)
         key = resume_key(params, meta["kind"], pretrain_seed, meta["tokenizer_hash"], precision)
         start, history, split = _resume(run_dir, lm, optimizer, key, rank)
-        loss_module = CausalLM(lm)
+        loss_module = CausalLM(lm, cfg.loss_chunk_tokens)
+        _keep_norms_bf16(lm, cfg.bf16_norms, precision)
         size = micro_batch.resolve(cfg, world, split, micro_batch.probe(
             loss_module, cfg.seq_len, meta["vocab_size"], precision, device,
             micro_batch.unallocated_bytes(lm, optimizer, world, bucket_view=True)),
@@ -330,10 +336,12 @@ def pretrain(
         module: nn.Module = loss_module
         if world > 1:
             module = data_parallel(loss_module, device, cfg.ddp_bucket_mb, cfg.ddp_bf16_grads)
-        # CUDA graphs: the updates through a graphed wrapper, evaluation through the eager
-        # module (its no-grad shapes never enter the graphs); where they cannot run, one line
-        graphed = graphs.training_module(module, cfg.cuda_graphs, device, world, accum,
-                                         c_compiler() is not None)
+        # CUDA graphs: the updates through a graphed wrapper (or captured whole), evaluation
+        # through the eager module (its no-grad shapes never enter the graphs); where they
+        # cannot run, one line
+        graphs_on = graphs.usable(cfg.cuda_graphs, device, accum, c_compiler() is not None)
+        graphed = (graphs.graphed(module) if graphs_on
+                   and cfg.cuda_graph_scope == "forward_backward" else None)
         if cfg.compile and graphed is None:  # DDP compiled as the wrapper: its gradient
             # all-reduce buckets then overlap backward (Dynamo's DDPOptimizer); in place, so
             # state_dict keys and the DDP type (no_sync) stay; one process: the loss module,
@@ -341,6 +349,9 @@ def pretrain(
             compile_or_eager(module, "pretrain.compile")
         update_module = module if graphed is None else graphed
         recordings = graphs.Recordings(on=graphed is not None)
+        whole = (WholeUpdate(module, optimizer, cfg.grad_clip, precision, cfg.fused_clip,
+                             graphs.WARMUP_STEPS, recordings.recorded)
+                 if graphs_on and graphed is None else None)
         warm_recordings = 0
         log.info("pretrain %s: %d updates of %d x %d tokens (%d micro x %d accum x %d ranks), "
                  "%s, from step %d", meta["kind"], total_steps, cfg.batch_seqs, cfg.seq_len,
@@ -368,8 +379,10 @@ def pretrain(
                                        cfg.batch_seqs, device)
             lr = lr_at(step, total_steps, cfg.warmup_steps, cfg.lr_max, cfg.lr_schedule)
             with recordings.counting():
-                loss, norm, finite = train_step(update_module, optimizer, micro, seeded_loss, lr,
-                                                 cfg.grad_clip, precision, watch.halted)
+                loss, norm, finite = (
+                    whole(micro, lr, watch.halted) if whole is not None else
+                    train_step(update_module, optimizer, micro, seeded_loss, lr, cfg.grad_clip,
+                               precision, watch.halted, fused_clip=cfg.fused_clip))
             watch.record(step, loss, norm, finite)
             done = step + 1
             meter.end_step(done)
@@ -409,7 +422,7 @@ def pretrain(
             "tokens_per_s": meter.tokens_per_s,
             "flops_per_s": meter.tokens_per_s * flops_per_token,
             "precision": precision, "world_size": world, "micro_batch_seqs": size,
-            "accumulation": accum, "cuda_graphs": graphed is not None,
+            "accumulation": accum, "cuda_graphs": graphs_on,
             "cuda_graph_recordings": recordings.count,  # after warm-up: none expected
             "cuda_graph_rerecordings": recordings.count - warm_recordings
             if total_steps - start > graphs.WARMUP_STEPS else 0,
@@ -419,6 +432,15 @@ def pretrain(
                                          for st in optimizer.state.values() for t in st.values()
                                          if torch.is_tensor(t)),
         }
+
+
+def _keep_norms_bf16(lm: nn.Module, on: bool, precision: str) -> None:
+    """pretrain.bf16_norms: the LayerNorm outputs of `lm` kept in bf16 under autocast; in an
+    fp32 run (no autocast) there is nothing to keep, one warning line says so."""
+    if on and precision != "bf16":
+        log.warning("pretrain.bf16_norms: precision is %s (no bf16 autocast): LayerNorm outputs "
+                    "stay fp32", precision)
+    keep_norms_low_precision(lm, on and precision == "bf16")
 
 
 def _resume(

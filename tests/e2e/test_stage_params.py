@@ -41,11 +41,12 @@ BRANCHES = {
     "download_corpus": ("data.hub_dataset", "data.hub_split", "data.hub_text_field",
                         "data.download_retries"),                     # data.source: hub
     "pretrain": ("pretrain.epochs", "pretrain.ddp_bucket_mb",          # epochs set; DDP ranks
-                 "pretrain.ddp_bf16_grads", "pretrain.nproc"),         # (the launcher's)
+                 "pretrain.ddp_bf16_grads", "pretrain.nproc",          # (the launcher's);
+                 "pretrain.cuda_graph_scope"),                         # CUDA graphs on
     "pretrain_lstm": ("pretrain.epochs", "pretrain.ddp_bucket_mb", "pretrain.ddp_bf16_grads",
-                      "pretrain.nproc"),
+                      "pretrain.nproc", "pretrain.cuda_graph_scope"),
     "pretrain_dose": ("pretrain.epochs", "pretrain.ddp_bucket_mb", "pretrain.ddp_bf16_grads",
-                      "pretrain.nproc"),
+                      "pretrain.nproc", "pretrain.cuda_graph_scope"),
     "prepare_task": ("tasks.test_frac",),                              # SciTail's carve
     "lr_pilot": LSTM, "curve_n": LSTM,                                 # the LSTM arm piloted
     "report": ("report.max_seeds",),                                  # (a) on a fresh split

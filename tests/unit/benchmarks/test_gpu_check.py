@@ -93,6 +93,52 @@ def test_its_workloads_run_on_the_cpu_at_a_small_shape():
     assert all(rate > 0 for _, rate in m["windows"])
 
 
+def test_the_cut_and_whole_update_rows_run_on_the_cpu_at_a_small_shape(monkeypatch):
+    """The rows of the memory-bound cuts and of the whole update captured (its recording stood
+    in for on the CPU: each replay runs the update) through the code the GPU runs, and the
+    dropout rule under the captured update."""
+    from gpt1 import step
+
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    small = {**gpu_check.SMALL, "n_positions": 16, "n_embd": 32, "n_head": 2, "n_inner": 64}
+    for cuts in (gpu_check.ALL_CUTS, *gpu_check.ONE_CUT):
+        rate, _ = gpu_workloads.update_rate(small, 50, 15, 2, 1, "fp32", cpu, False, windows=1,
+                                            per_window=1, cuts=cuts)
+        assert rate.median > 0
+    assert gpu_check.ALL_CUTS.text() == ("pretrain.loss_chunk_tokens 8192, pretrain.fused_clip, "
+                                         "pretrain.bf16_norms")
+    assert gpu_workloads.NO_CUTS.text() == "no cuts"
+    monkeypatch.setattr(step, "record_cuda_graph", lambda run, stream: run)
+    rate, _ = gpu_workloads.update_rate(small, 50, 15, 2, 1, "fp32", cpu, False, True,
+                                        windows=2, per_window=2, scope="update")
+    assert len(rate.windows) == 2 and rate.median > 0
+    dropout = {**gpu_check.SMALL_DROPOUT, "n_positions": 16, "n_embd": 32, "n_head": 2,
+               "n_inner": 64}
+    out = gpu_workloads.graph_reseeding(dropout, 50, 15, 2, "fp32", cpu, True, scope="update",
+                                        compile_=False)
+    assert out["same_seed_equal"] and out["other_seed_differs"]
+    assert out["recordings"] == 1 and out["rerecordings"] == 0
+
+
+@pytest.mark.slow
+def test_the_cuts_agree_with_the_uncut_updates_on_the_cpu():
+    """The check's agreement part for the cuts: fp32 within AGREE, bf16 (emulated here) within
+    CUTS_BF16_AGREE."""
+    torch.set_num_threads(1)
+    fp32, bf16 = gpu_check.cuts_agreement(torch.device("cpu"), steps=2)
+    assert fp32 <= gpu_check.AGREE and bf16 <= gpu_check.CUTS_BF16_AGREE, (fp32, bf16)
+
+
+def test_a_part_past_its_own_limit_is_skipped_and_said_so():
+    check = gpu_check.Check("gpu_check (test)")
+    ran = []
+    check.part("fits", lambda: ran.append(1), until=60)
+    check.started -= 100  # 100 s later
+    check.part("late", lambda: ran.append(2), until=60)
+    assert ran == [1] and check.lines == ["late: skipped, past 60 s"] and not check.failed
+
+
 def test_a_rate_is_the_median_of_its_windows_with_their_spread():
     """Each window is timed apart (the host clock on the CPU, CUDA events on a GPU): a slow
     window moves the spread, not the median."""
