@@ -105,7 +105,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           over=("ablations.variants", "ablations.tasks"), device=True,
           stem="lr_pilot_{variant}_{task}"),
     Stage("lr_pilot_full", "gpt1.stages.lr_pilot:lr_pilot_full", ("task",), ("task",),
-          over=("ablations.tasks",), device=True, stem="lr_pilot_full_{task}"),
+          over=("finetune.tasks",), device=True, stem="lr_pilot_full_{task}"),
     Stage("ablation", "gpt1.stages.finetune:ablation", ("task", "variant"),
           ("variant", "task", PRETRAIN_SEED),
           over=("ablations.variants", "ablations.tasks", *_SEEDS), device=True, seeded=True,

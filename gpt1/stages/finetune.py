@@ -1,13 +1,13 @@
 """The fine-tuning stages: finetune (the `full` arm of every table), Table 5's ablation rows
 and bag-of-words floor, and Figure 2 left (transfer_layers); each runs one arm
-(gpt1/arm_run.py) on the params gpt1/arms.py composes for it."""
+(gpt1/arms/run.py) on the params gpt1/arms composes for it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpt1 import arms, names
-from gpt1.arm_run import run_arm, run_floor
+from gpt1.arms.run import run_arm, run_floor
 from gpt1.config import FULL_ARM, Params, override
 from gpt1.errors import Gpt1Error
 from gpt1.records import StageContext

@@ -3,6 +3,7 @@ CLI arguments and their DVC entries."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,29 @@ def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(make_params
     assert "chosen_lr" not in out and out["not_piloted"].startswith("not in ablations.pilot")
     base = Path(tiny_params.paths.finetuned) / "lr_pilot" / "no_aux_sst2"
     assert [p.name for p in base.iterdir()] == ["not_piloted.json"]  # the stage's DVC output
+    choice = json.loads(arms.choice_path(tiny_params, "no_aux", "sst2").read_text())
+    assert choice["lr"] is None and choice["not_piloted"] == out["not_piloted"]
+    assert arms.pilot_choice(tiny_params, "no_aux", "sst2") == (None, None)  # the recipe's
+
+
+def test_the_full_row_has_a_pilot_stage_on_every_fine_tuned_task(tiny_params) -> None:
+    """finetune@<task> depends on lr_pilot_full@<task>'s choice file, so every task of
+    finetune.tasks has one: outside ablations.tasks it says the recipe's lr."""
+    task = next(t for t in tiny_params.finetune.tasks if t not in tiny_params.ablations.tasks)
+    out = lr_pilot_stages.lr_pilot_full(tiny_params, task)
+    assert out["not_piloted"].startswith("not in ablations.tasks")
+    choice = json.loads(arms.choice_path(tiny_params, "full", task).read_text())
+    assert choice == {"arm": "full", "task": task, "lr": None, "warmup_frac": None,
+                      "not_piloted": out["not_piloted"]}
+    with pytest.raises(Gpt1Error, match="nor full x finetune.tasks"):
+        lr_pilot_stages.lr_pilot(tiny_params, task, "scratch")
+
+
+def test_a_missing_choice_names_the_pilot_stage_to_run(make_params) -> None:
+    params = make_params({"ablations": {"pilot": {"variants": ["full"]}}})
+    task = params.ablations.tasks[0]
+    with pytest.raises(Gpt1Error, match=f"dvc repro lr_pilot_full@{task}"):
+        arms.pilot_choice(params, "full", task)
 
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:

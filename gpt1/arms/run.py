@@ -1,5 +1,5 @@
 """Running one arm on one task and recording it: the one fine-tuning loop (gpt1.finetune) on
-an arm's params (gpt1/arms.py), or Table 5's bag-of-words floor (gpt1/floor.py) on the same
+an arm's params (gpt1.arms), or Table 5's bag-of-words floor (gpt1/floor.py) on the same
 training samples; what every fine-tuning stage (finetune, ablation, floor, transfer_layers,
 lr_pilot, the curves) runs under its own record stem."""
 
