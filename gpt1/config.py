@@ -540,7 +540,7 @@ class LrPilotCfg(Section):
 
     variants: NameTuple
     """Arms the pilot tunes: `full` (the finetune stage's row, stage lr_pilot_full@<task>) and
-    ablation variants (stage lr_pilot@<variant>-<task>)."""
+    Table 5 rows of ablations.variants (stage lr_pilot@<arm>-<task>)."""
     lr_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=2),
                        AfterValidator(_distinct)]
     """Learning rates tried (at least two)."""

@@ -1,5 +1,5 @@
 """The arms of the fine-tuning study: an arm is `full` (the finetune stage's recipe) or a
-Table 5 row (ablations.presets, named `variant` in params and the CLI), run at the (lr,
+Table 5 row (ablations.presets; `ablations.variants` in params, `--arm` in the CLI), run at the (lr,
 warm-up) its pilot chose. This package's rules: one function composes an arm's params for a
 task (`arm_params`), one gives its training samples (`training_samples`), the pilot's split and
 the choice file each pilot writes and its arm's stages read; the caps of Figure 2 left and the
@@ -25,16 +25,16 @@ if TYPE_CHECKING:
     from gpt1.finetune import Hparams
 
 
-def ablation_params(params: Params, variant: str, lr: float | None = None,
+def ablation_params(params: Params, arm: str, lr: float | None = None,
                     warmup_frac: float | None = None) -> Params:
-    """The finetune params of arm `variant` at a given (lr, warm-up) (`arm_params`: at its
-    pilot's): Table 5's row ablations.presets[variant], or `full` (the
+    """The finetune params of `arm` at a given (lr, warm-up) (`arm_params`: at its
+    pilot's): Table 5's row ablations.presets[arm], or `full` (the
     finetune stage's own params); `lr` replaces finetune.lr and any per-task lr, `warmup_frac`
     finetune.warmup_frac (the configuration its pilot chose)."""
-    preset = params.ablations.presets.get(variant)
-    if preset is None and variant != FULL_ARM:
-        raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
-                        f"{list(params.ablations.presets)}")
+    preset = params.ablations.presets.get(arm)
+    if preset is None and arm != FULL_ARM:
+        raise Gpt1Error(f"unknown arm {arm!r} (full, or a name in ablations.presets "
+                        f"{list(params.ablations.presets)})")
     values: dict[str, Any] = {}
     if preset is not None:
         lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
@@ -71,7 +71,7 @@ def pilot_run(arm: str, task: str) -> StageRun:
     """The pilot's run of `arm` on `task`: lr_pilot_full for `full`, else lr_pilot."""
     if arm == FULL_ARM:
         return StageRun.of("lr_pilot_full", task=task)
-    return StageRun.of("lr_pilot", task=task, variant=arm)
+    return StageRun.of("lr_pilot", task=task, arm=arm)
 
 
 def pilot_dir(params: Params, arm: str, task: str) -> Path:

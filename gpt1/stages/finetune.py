@@ -23,16 +23,16 @@ def finetune(params: Params, task: str, pretrain_seed: int | None = None, *,
                    record_params=params, context=context)
 
 
-def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None, *,
+def ablation(params: Params, task: str, arm: str, pretrain_seed: int | None = None, *,
              context: StageContext | None = None) -> dict[str, Any]:
-    """Table 5: the finetune stage on `task` with the overrides of arm `variant` (same loop),
-    at the lr its pilot chose where ablations.pilot tunes it."""
+    """Table 5: the finetune stage on `task` with the overrides of `arm` (same loop), at the
+    lr its pilot chose where ablations.pilot tunes it."""
     if task not in params.ablations.tasks:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
-    arms.ablation_params(params, variant)  # an unknown arm: one line, listed
-    return run_arm(arms.arm_params(params, variant, task), task, variant,
-                   arms.arm_body(params, variant), pretrain_seed,
-                   stem=record_prefix("ablation", task=task, variant=variant), context=context)
+    arms.ablation_params(params, arm)  # an unknown arm: one line, listed
+    return run_arm(arms.arm_params(params, arm, task), task, arm, arms.arm_body(params, arm),
+                   pretrain_seed, stem=record_prefix("ablation", task=task, arm=arm),
+                   context=context)
 
 
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None,

@@ -13,21 +13,21 @@ from gpt1.recording import record, record_in_own_run
 from gpt1.records import StageContext
 
 
-def lr_pilot(params: Params, task: str, variant: str, *,
+def lr_pilot(params: Params, task: str, arm: str, *,
              context: StageContext | None = None) -> dict[str, Any]:
-    """The pilot of arm `variant` on `task` (gpt1.arms.pilot.run_pilot; an arm ablations.pilot does
+    """The pilot of `arm` on `task` (gpt1.arms.pilot.run_pilot; an arm ablations.pilot does
     not tune on the task records the recipe's lr), then its choice file."""
-    pilot.check_arm(params, variant, task)
-    stem = arms.pilot_run(variant, task).stem
-    metrics = pilot.not_piloted(params, variant, task)
+    pilot.check_arm(params, arm, task)
+    stem = arms.pilot_run(arm, task).stem
+    metrics = pilot.not_piloted(params, arm, task)
     if metrics is not None:
         record_in_own_run(params, stem, metrics, (), context=context)
     else:
-        metrics = pilot.run_pilot(params, variant, task, context=context)
+        metrics = pilot.run_pilot(params, arm, task, context=context)
         with tracking.start_run(stem, params):  # the stage's own run
             record(params, stem, metrics, pilot.SCORES, summary=pilot.summary(metrics),
                    context=context)
-    arms.write_choice(params, variant, task, metrics)
+    arms.write_choice(params, arm, task, metrics)
     return metrics
 
 

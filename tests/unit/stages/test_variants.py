@@ -3,6 +3,7 @@ CLI arguments and their DVC entries."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -31,13 +32,13 @@ def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
     for p in (scratch, no_aux, lstm):  # everything else is the full run's params
         assert p.model_dump(exclude={"finetune"}) == tiny_params.model_dump(exclude={"finetune"})
     assert tiny_params.ablations.presets["lstm"].body == "lstm"
-    with pytest.raises(Gpt1Error, match="unknown ablation variant"):
+    with pytest.raises(Gpt1Error, match="unknown arm"):
         arms.ablation_params(tiny_params, "bogus")
 
 
-def test_cli_takes_variant_and_layers() -> None:
-    args = build_parser().parse_args(["ablation", "--task", "rte", "--variant", "scratch"])
-    assert (args.task, args.variant) == ("rte", "scratch")
+def test_cli_takes_arm_and_layers() -> None:
+    args = build_parser().parse_args(["ablation", "--task", "rte", "--arm", "scratch"])
+    assert (args.task, args.arm) == ("rte", "scratch")
     args = build_parser().parse_args(["transfer_layers", "--task", "mnli", "--layers", "3"])
     assert args.layers == 3
     with pytest.raises(SystemExit):
@@ -46,8 +47,17 @@ def test_cli_takes_variant_and_layers() -> None:
     args = build_parser().parse_args(["finetune", "--task", "rte", "--pretrain-seed", "7"])
     assert args.pretrain_seed == 7
     assert build_parser().parse_args(["zeroshot"]).pretrain_seed is None  # the first seed
-    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--variant", "lstm"])
-    assert (args.task, args.variant) == ("rte", "lstm")
+    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--arm", "lstm"])
+    assert (args.task, args.arm) == ("rte", "lstm")
+    for old in (["--variant", "lstm"], ["--variant=lstm"]):  # the old flag, still accepted
+        assert build_parser().parse_args(["lr_pilot", "--task", "rte", *old]).arm == "lstm"
+    assert "--variant" not in build_parser().format_help() + _help("lr_pilot")
+
+
+def _help(command: str) -> str:
+    parser = build_parser([command])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command].format_help()
 
 
 def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
@@ -99,9 +109,9 @@ def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
         assert name in STAGES and name in dvc
     assert dvc["floor"]["foreach"] == "${ablations.tasks}"  # no pre-training seed
     assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
-    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pretrain_seed"}
-    assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
-    assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
+    assert set(dvc["ablation"]["matrix"]) == {"arm", "task", "pretrain_seed"}
+    assert "--arm ${item.arm}" in dvc["ablation"]["cmd"]
+    assert set(dvc["lr_pilot"]["matrix"]) == {"arm", "task"}  # one pilot per row and task
     for name in ("finetune", "ablation", "transfer_layers"):  # per pre-training seed
         assert dvc[name]["matrix"]["pretrain_seed"] == "${pretrain.seeds}"
         assert "--pretrain-seed ${item.pretrain_seed}" in dvc[name]["cmd"]
