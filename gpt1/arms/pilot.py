@@ -117,9 +117,9 @@ def run_pilot(params: Params, arm: str, task: str, *, context: StageContext | No
         name = f"lr_{lr:g}_w{w:g}"
         with tracking.child_scope(f"lr={lr:g},warmup={w:g}", run,
                                   {"gpt1.lr_candidate": f"{lr:g}",
-                                   "gpt1.warmup_candidate": f"{w:g}"}):
+                                   "gpt1.warmup_candidate": f"{w:g}"}, context) as candidate:
             m = run_arm(run, task, arm, kind, pretrain_seed, out=name, stem=name,
-                        context=context)
+                        context=candidate)
         frame = pd.read_parquet(m["predictions"]["test"][0])
         accuracy[(lr, w)] = pilot_accuracy(spec, frame, dev)
         flat = {k: v["mean"] for k, v in m["scores"].items()}

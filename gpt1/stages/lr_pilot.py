@@ -24,7 +24,7 @@ def lr_pilot(params: Params, task: str, arm: str, *,
         record_in_own_run(params, stem, metrics, (), context=context)
     else:
         metrics = pilot.run_pilot(params, arm, task, context=context)
-        with tracking.start_run(stem, params):  # the stage's own run
+        with tracking.start_run(stem, params, context=context):  # the stage's own run
             record(params, stem, metrics, pilot.SCORES, summary=pilot.summary(metrics),
                    context=context)
     arms.write_choice(params, arm, task, metrics)

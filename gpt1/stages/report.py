@@ -25,7 +25,7 @@ def report(params: Params, *, context: StageContext | None = None) -> dict[str, 
                 for v in params.ablations.presets for t in params.ablations.tasks
                 for p in params.pretrain.seeds}
     paths = document.write_outputs(params, metrics, expected)
-    with tracking.start_run("report", params):
+    with tracking.start_run("report", params, context=context):
         for path in paths.values():
             tracking.log_artifact(path, "report")
     log.info("report: %s from %d metrics files", paths["report"], len(metrics))
