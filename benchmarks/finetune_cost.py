@@ -23,8 +23,8 @@ from devices import PEAK_BF16
 from results_file import add_option, recording
 
 from gpt1 import bpe
-from gpt1.arm_run import task_truncation
 from gpt1.arms import ablation_params
+from gpt1.arms.run import task_truncation
 from gpt1.config import load_params
 from gpt1.finetune import resolve_hparams
 from gpt1.model import flops_per_token

@@ -56,8 +56,23 @@ def quiet_telemetry() -> None:
         os.environ.setdefault(key, value)
 
 
+OLD_FLAGS = {"--variant": "--arm"}
+"""Flags under their old name, still accepted (not in --help): the old word for an arm."""
+
+
+def _new_flag(arg: str) -> str:
+    name, eq, value = arg.partition("=")
+    return OLD_FLAGS.get(name, name) + eq + value if arg.startswith("--") else arg
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (the valid choices included), as every other CLI error."""
+    """Usage errors as one line (the valid choices included), as every other CLI error; an old
+    flag (OLD_FLAGS) read as its new name."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if args is not None:  # a subcommand's parser gets its part of argv as a list
+            args = [_new_flag(a) for a in args]
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

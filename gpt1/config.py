@@ -13,6 +13,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -600,7 +601,7 @@ class LrPilotCfg(Section):
 
     variants: NameTuple
     """Arms the pilot tunes: `full` (the finetune stage's row, stage lr_pilot_full@<task>) and
-    ablation variants (stage lr_pilot@<variant>-<task>)."""
+    Table 5 rows of ablations.variants (stage lr_pilot@<arm>-<task>)."""
     lr_grid: Annotated[tuple[PosFloat, ...], Field(strict=False, min_length=2),
                        AfterValidator(_distinct)]
     """Learning rates tried (at least two)."""
@@ -612,6 +613,12 @@ class LrPilotCfg(Section):
     seed's training sample (never a scored split)."""
     seed: NonNegInt
     """Fine-tuning seed of the pilot runs (and of the carve)."""
+
+
+def at_grid_edge(value: float, grid: Sequence[float]) -> bool:
+    """Whether a chosen `value` is the smallest or largest of its `grid` (a one-value grid:
+    always): the optimum may then lie outside the grid."""
+    return value <= min(grid) or value >= max(grid)
 
 
 class FloorCfg(Section):

@@ -7,7 +7,7 @@ inverse regularisation C from `ablations.floor.c_grid` by stratified k-fold cros
 on that sample only (accuracy; ties to the smaller C, the stronger regulariser), refits on the
 whole sample and scores the task's test split, writing the same per-example prediction files
 as every arm (the report's bootstrap and flags read them; its record and samples are
-gpt1/arm_run.py's `floor_record`, the arms' training samples). No pre-training seed:
+gpt1/arms/run.py's `floor_record`, the arms' training samples). No pre-training seed:
 one run per fine-tuning seed. A pair task's second text enters as its own words (prefixed),
 so the model sees which text a word came from. Classification tasks only (a
 regression or multiple-choice task of ablations.tasks records that it does not apply).

@@ -64,7 +64,7 @@ def pretrain(params: Params, stage: str, kind: str, pretrain_seed: int, run_dir:
     tok = bpe.load_bpe(params.paths.tokenizer)
     val_tokens = shards.read_shards(params.paths.shards, "val", tok.hash)
     cfg = params.pretrain
-    with tracking.start_run(stage, params):
+    with tracking.start_run(stage, params, context=context):
         meta = hf_import.import_run(params, tok, run_dir)
         model, _ = checkpoint.load_model(run_dir, tok.hash)
         assert isinstance(model, GPT)

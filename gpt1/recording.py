@@ -27,5 +27,5 @@ def record(params: Params, stem: str, metrics: Mapping[str, Any], scores: tuple[
 def record_in_own_run(params: Params, stem: str, metrics: Mapping[str, Any],
                       scores: tuple[str, ...], *, context: StageContext | None = None) -> None:
     """`record` for a stage that logs nothing while it works, in its own MLflow run."""
-    with tracking.start_run(stem, params):
+    with tracking.start_run(stem, params, context=context):
         record(params, stem, metrics, scores, context=context)

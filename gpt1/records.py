@@ -56,6 +56,9 @@ class StageContext:
     DVC repository (no dvc.yaml)."""
     rank: int | None
     """This process's rank in a launched group (gpt1.launcher.rank); None when not launched."""
+    run: Any = None
+    """The stage's own MLflow run (gpt1.tracking.stage_scope; None untracked): the stage's
+    first `tracking.start_run(..., context=)` logs into it."""
 
     @classmethod
     def of(cls, stage: str, address: str, params: Params, started: float,

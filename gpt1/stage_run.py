@@ -10,6 +10,7 @@ run. Errors propagate: the CLI's `guarded` turns them into one line.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from collections.abc import Callable
@@ -60,5 +61,5 @@ def _run_stage(name: str, run_name: str, params: Params, params_path: str,
     fn: Callable[..., Any] = getattr(importlib.import_module(stage.module), stage.attribute)
     if not stage.tracked or not context.records:  # torchrun: rank 0 logs
         return fn(params, **kwargs, context=context)
-    with tracking.stage_scope(run_name, params, name):  # open before the work
-        return fn(params, **kwargs, context=context)
+    with tracking.stage_scope(run_name, params, name) as run:  # open before the work
+        return fn(params, **kwargs, context=dataclasses.replace(context, run=run))

@@ -35,11 +35,11 @@ PRETRAIN_SEED = "pretrain_seed"
 ARGUMENTS: dict[str, tuple[type, str]] = {
     "task": (str, "one of the paper's 12 tasks or of params tasks.custom (finetune.tasks says "
                   "which ones run)"),
-    "variant": (str, "a Table 5 row: a name in params ablations.presets (e.g. scratch, no_aux, "
-                     "lstm)"),
     "layers": (int, "blocks transferred: a value of params layers.layers_transferred"),
     "n": (int, "training examples per run: a value of params curves.ns"),
-    "arm": (str, "a neural arm of the labelled-data curve: a value of params curves.arms"),
+    "arm": (str, "an arm: full or a name in params ablations.presets (e.g. scratch, no_aux, "
+                 "lstm); lr_pilot and ablation: a row of ablations.variants, curve_n: a value "
+                 "of curves.arms"),
     "checkpoint": (int, "a kept zero-shot checkpoint, by index in step order: a value of "
                         "params curves.checkpoints"),
     "tokens": (int, "a pre-training budget of the dose curve: a value of params "
@@ -101,17 +101,17 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("prepare_task", "gpt1.stages.data:prepare_task", ("task",), ("task",),
           over=("finetune.tasks",), stem="prepare_task_{task}"),
     Stage("data_docs", "gpt1.stages.data:data_docs", tracked=False, stem=None),
-    Stage("lr_pilot", "gpt1.stages.lr_pilot:lr_pilot", ("task", "variant"), ("variant", "task"),
+    Stage("lr_pilot", "gpt1.stages.lr_pilot:lr_pilot", ("task", "arm"), ("arm", "task"),
           over=("ablations.variants", "ablations.tasks"), device=True,
-          stem="lr_pilot_{variant}_{task}"),
+          stem="lr_pilot_{arm}_{task}"),
     Stage("lr_pilot_full", "gpt1.stages.lr_pilot:lr_pilot_full", ("task",), ("task",),
-          over=("ablations.tasks",), device=True, stem="lr_pilot_full_{task}"),
+          over=("finetune.tasks",), device=True, stem="lr_pilot_full_{task}"),
     Stage("finetune", "gpt1.stages.finetune:finetune", ("task",), ("task", PRETRAIN_SEED),
           over=("finetune.tasks", *_SEEDS), device=True, seeded=True, stem="finetune_{task}"),
-    Stage("ablation", "gpt1.stages.finetune:ablation", ("task", "variant"),
-          ("variant", "task", PRETRAIN_SEED),
+    Stage("ablation", "gpt1.stages.finetune:ablation", ("task", "arm"),
+          ("arm", "task", PRETRAIN_SEED),
           over=("ablations.variants", "ablations.tasks", *_SEEDS), device=True, seeded=True,
-          stem="finetune_{variant}_{task}"),
+          stem="finetune_{arm}_{task}"),
     Stage("floor", "gpt1.stages.finetune:floor_stage", ("task",), ("task",),
           over=("ablations.tasks",), stem="finetune_bow_{task}"),
     Stage("transfer_layers", "gpt1.stages.finetune:transfer_layers", ("task", "layers"),

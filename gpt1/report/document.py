@@ -1,6 +1,6 @@
-"""The report document: banner, tables, findings, Figure 2 and its words, evaluation splits,
-provenance and stage wall times, assembled into reports/report.md beside the figure and the
-`dvc plots` CSVs."""
+"""The report document: banner, plan, tables, findings, Figure 2 and its words, evaluation
+splits, data provenance and stage wall times, assembled into reports/report.md beside the
+figure, the `dvc plots` CSVs, the findings file and the headline."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from gpt1 import names
 from gpt1.config import Params
 from gpt1.freshness import is_current
 from gpt1.records import Metrics
-from gpt1.repo import git
 from gpt1.report.curves import FIGURE, curves_section, plot_curves
 from gpt1.report.design import design_section
 from gpt1.report.estimates import Finding, findings_json
@@ -28,7 +27,9 @@ from gpt1.report.figure2 import (
     zeroshot_curves,
 )
 from gpt1.report.findings import evaluate_findings, render_findings
+from gpt1.report.headline import HEADLINE_FILE, headline
 from gpt1.report.pilots import pilot_section
+from gpt1.report.plan import plan_section
 from gpt1.report.prose import compare_left, compare_right, describe_left, describe_right
 from gpt1.report.runs import first_run, split_origins, variant_results
 from gpt1.report.tables import render_ablations, render_custom, render_table
@@ -221,64 +222,6 @@ def selection_text(full: Mapping[str, dict[str, Any]]) -> str:
             "splits).")
 
 
-def plan_commit(params: Params) -> str:
-    """The commit that fixed the plan: report.plan_commit, else the last commit that touched
-    docs/study.md (git), else `unknown`."""
-    if params.report.plan_commit:
-        return params.report.plan_commit
-    _, out = git("log", "-1", "--format=%h", "--", "docs/study.md", timeout=10)
-    return out or "unknown (docs/study.md not committed)"
-
-
-def plan_check(commit: str) -> str:
-    """Whether the plan commit is an ancestor of the checked-out commit and touches no result
-    (nothing under reports/, no dvc.lock), from git."""
-    code, _ = git("merge-base", "--is-ancestor", commit, "HEAD", timeout=10)
-    if code not in (0, 1):
-        return "not found in this clone's git history"
-    code_files, files = git("show", "--name-only", "--format=", commit, timeout=10)
-    results = [f for f in files.splitlines() if f.startswith("reports/") or f == "dvc.lock"]
-    return (("an ancestor of HEAD" if code == 0 else "NOT an ancestor of HEAD") + "; "
-            + ("touches no result" if not results and code_files == 0
-               else f"touches results: {', '.join(results) or 'unknown'}"))
-
-
-ANALYSIS_PATHS = ("docs/study.md", "configs/cpu-study.yaml", "gpt1/report", "gpt1/stats.py",
-                  "gpt1/scoring.py", "gpt1/records.py")
-"""The plan and the code that turns records into verdicts: a commit after the plan commit that
-touches any of them is printed in the report."""
-
-
-def analysis_changes(commit: str) -> list[str] | None:
-    """`<hash> <subject>` of every commit after `commit` (to HEAD) touching ANALYSIS_PATHS;
-    None when git cannot tell (no such commit, no git)."""
-    code, out = git("log", "--format=%h %s", f"{commit}..HEAD", "--", *ANALYSIS_PATHS,
-                    timeout=10)
-    if code != 0:
-        return None
-    return [line if len(line) <= 300 else line[:299] + "…" for line in out.splitlines()]
-
-
-def plan_section(params: Params) -> list[str]:
-    """The plan commit (and what git says of it) and the deviations from the plan: every
-    change after the plan commit, those declared in `report.deviations` (with their reasons)
-    and every commit after it that touches the plan or the analysis code (git), so an
-    undeclared change is listed too."""
-    devs = params.report.deviations
-    commit = plan_commit(params)
-    changes = analysis_changes(commit)
-    unknown = changes is None
-    return [f"Plan: [docs/study.md](../docs/study.md) (pre-registration), fixed at commit "
-            f"`{commit}` ({plan_check(commit)}).", "",
-            "Deviations from the plan: every change after the plan commit, as declared "
-            "(`report.deviations`) and as every commit after it that changes the plan or the "
-            f"analysis code (`git log {commit}..HEAD -- {' '.join(ANALYSIS_PATHS)}`)"
-            + (" none." if not devs and changes == [] else ":"),
-            *[f"- declared: {d}" for d in devs],
-            *[f"- commit `{c.split(' ', 1)[0]}` {c.partition(' ')[2]}" for c in changes or []],
-            *(["- the commits: unknown (git cannot list them here)."] if unknown else [])]
-
-
 # The command that regenerates each preset's report from a fresh clone (README, "Presets").
 REGENERATE = {
     "demo": "dvc repro",
@@ -425,25 +368,3 @@ def write_outputs(params: Params, metrics: Metrics, expected_hashes: Mapping[str
 
 FINDINGS_FILE = "findings.json"
 """The findings (a)-(e) with their CIs as data, for `gpt1 verdicts` (gpt1.report.estimates)."""
-
-HEADLINE_FILE = "headline.json"
-"""The scores a user compares across experiments, as one small DVC metrics file (short,
-unique keys, so `dvc exp show --drop '.*' --keep 'Experiment|ft'` and `dvc metrics show` fit a
-terminal): each fine-tuned task's primary score (mean over seeds, %) as ft.<task>."""
-
-
-def headline(params: Params, metrics: Metrics) -> dict[str, Any]:
-    """{"ft": {task: primary score %}} for the tasks of params.finetune.tasks whose fine-tuning
-    records are current (gpt1.freshness: their stage's declared params unchanged; a record of
-    another config, or stale, is left out)."""
-    current = {s: m for s, m in metrics.items() if is_current(params, s, m)}
-    full = variant_results(current, "full")  # pooled over pre-training seeds
-    scores = {}
-    for task in params.finetune.tasks:
-        record = full.get(task) or current.get(record_prefix("finetune", task=task))
-        if record is None:
-            continue
-        value = record["scores"].get(TASKS[task].metric, {}).get("mean")
-        if value is not None:
-            scores[task] = round(100 * float(value), 1)
-    return {"ft": scores}

@@ -13,13 +13,14 @@ its chosen configuration where its score is not an accuracy) leaves the gate not
 the finding is printed "gate not evaluable: the pilot records predate the gate", with no
 estimate either, never as untestable (nobody measured that).
 
-Pilot record fields read (gpt1.stages.lr_pilot writes them): `variant`, `task`, `metric`,
+Pilot record fields read (gpt1.arms.pilot writes them): `variant`, `task`, `metric`,
 `grid` (lrs), `warmup_grid`, `dev_scores` (configuration -> score on the carved split),
 `chosen_lr` and `chosen_warmup` (its best configuration), `chosen_accuracy` (that
 configuration's accuracy on the carved split; older records: `chosen_score`, else
 `dev_scores[chosen_lr]`, taken only when the task's metric is an accuracy),
 `dev_majority` (the majority-class share of the carved split), `paper_recipe` (the recipe's
-own row, never chosen), `dev_split`, or `not_piloted` for an arm that runs at the recipe's lr.
+own row, never chosen), `dev_split`, `lr_at_edge` and `warmup_at_edge` (older records: computed
+from the grids), or `not_piloted` for an arm that runs at the recipe's lr.
 """
 
 from __future__ import annotations
@@ -28,13 +29,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpt1.config import Params
+from gpt1.config import Params, at_grid_edge
 from gpt1.records import Metrics
 from gpt1.report.estimates import NOT_EVALUABLE, UNTESTABLE
 from gpt1.report.runs import variant_results
 from gpt1.tasks.registry import TASKS
 
 CLEARS, FAILS, UNDECIDED, NOT_GATED = "clears", "fails", "not evaluable", "not gated"
+EDGE = "⚑"
+"""The pilot table's mark on a choice at an edge of its grid."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,23 @@ def gate_accuracy(m: Mapping[str, Any]) -> tuple[float | None, str]:
         return float(m["chosen_score"]), ""
     score = m.get("dev_scores", {}).get(f"{float(m['chosen_lr']):g}")
     return (None, "no chosen_accuracy or chosen score") if score is None else (float(score), "")
+
+
+def grid_edges(m: Mapping[str, Any]) -> list[str]:
+    """The grids (`lr`, `warm-up`) at whose edge a pilot record's choice lies: its
+    `lr_at_edge` / `warmup_at_edge`, or from its grids where an older record lacks them."""
+    out = []
+    for name, flag, value, grid in (("lr", "lr_at_edge", "chosen_lr", "grid"),
+                                    ("warm-up", "warmup_at_edge", "chosen_warmup",
+                                     "warmup_grid")):
+        if flag in m:
+            edge = bool(m[flag])
+        else:
+            edge = (m.get(value) is not None and bool(m.get(grid))
+                    and at_grid_edge(float(m[value]), [float(g) for g in m[grid]]))
+        if edge:
+            out.append(name)
+    return out
 
 
 def chosen_text(m: Mapping[str, Any]) -> str:
@@ -133,7 +153,8 @@ def pilot_section(params: Params, metrics: Metrics) -> list[str]:
     majority and the gate) and the lr and warm-up steps each Table 5 row ran with."""
     lines = []
     pilots = [m for stem, m in sorted(metrics.items()) if stem.startswith("lr_pilot")
-              and ("chosen_lr" in m or "not_piloted" in m)]
+              and ("chosen_lr" in m or ("not_piloted" in m  # full on its other tasks: no row
+                                        and m.get("task") in params.ablations.tasks))]
     if pilots:
         lines += ["| row | task | lr grid | warm-up grid | pilot-split score per configuration "
                   "(x 100) | chosen | its pilot-split accuracy | paper recipe (never chosen) | "
@@ -149,16 +170,20 @@ def pilot_section(params: Params, metrics: Metrics) -> list[str]:
                                for cfg, v in m.get("dev_scores", {}).items())
             majority, (accuracy, _) = m.get("dev_majority"), gate_accuracy(m)
             status = gate(params, metrics, m["variant"], m["task"]).status
+            edges = grid_edges(m)
+            mark = f" {EDGE} {' and '.join(edges)} at grid edge" if edges else ""
             lines.append(f"| {label} | {m['task']} | {', '.join(map(str, m.get('grid', [])))} | "
                          f"{', '.join(map(str, m.get('warmup_grid', []))) or 'n/a'} | "
-                         f"{scores} | {chosen_text(m)} | "
+                         f"{scores} | {chosen_text(m)}{mark} | "
                          f"{'n/a' if accuracy is None else f'{100 * accuracy:.1f}'} | "
                          f"{_paper_cell(m)} | "
                          f"{'n/a' if majority is None else f'{100 * float(majority):.1f}'} | "
                          f"{status} | {m.get('dev_split', '')} |")
         margins = ", ".join(f"{t.upper()} +{100 * g:.1f}"
                             for t, g in params.report.gate_margins.items())
-        lines += ["", f"Gate (fixed in the plan): a piloted arm's best configuration must reach, "
+        lines += ["", f"{EDGE}: the choice is the smallest or largest value of its grid (lr or "
+                  "warm-up; a one-value grid always), so the grid may not contain the optimum.",
+                  "", f"Gate (fixed in the plan): a piloted arm's best configuration must reach, "
                   f"in accuracy, at least its pilot split's majority + the margin ({margins} "
                   f"points), or each finding that needs the arm is {UNTESTABLE}; decided from "
                   "these records only. The best of the grid is scored on the split it was "

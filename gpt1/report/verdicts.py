@@ -21,12 +21,14 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
+import yaml
 
 from gpt1 import stats
 from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics
+from gpt1.repo import repo_root
 from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.estimates import (
     NOT_EVALUABLE,
@@ -142,7 +144,7 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
                   f"(e) {gap_text(params, 'lstm')} |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         margin = params.report.margin
-        for label, n_pre, n_ft, ns in PLAN_DESIGNS:
+        for label, n_pre, n_ft, ns in plan_designs():
             n_eval = harmonic_n(ns)
             two = [row_mde(params, n_pre, n_ft, n_eval, 2, scratch_arms=k) for k in (1, 0)]
             alone = [[row_mde(params, n_pre, n_ft, n, 1, scratch_arms=k) for k in (1, 0)]
@@ -162,7 +164,7 @@ def design_lines(runs: Sequence[tuple[str, str, Params]]) -> list[str]:
 
 
 DESIGN_TASKS = ("sst2", "qnli")
-"""The confirmatory tasks of PLAN_DESIGNS."""
+"""The confirmatory tasks of the designs (DESIGNS_FILE), in the MDE table's column order."""
 
 
 def gap_text(params: Params, worse: str) -> str:
@@ -172,10 +174,22 @@ def gap_text(params: Params, worse: str) -> str:
             if gaps else "n/a")
 
 
-PLAN_DESIGNS = (("old study (capped pools)", 1, 3, (872, 1000)),
-                ("study v2 and v3 plans (full pools)", 2, 3, (872, 5732)),
-                ("demo (SST-2 872, QNLI 250)", 1, 3, (872, 250)))
-"""(label, pre-training seeds, fine-tuning seeds, eval examples of SST-2 and QNLI)."""
+DESIGNS_FILE = "docs/study_designs.yaml"
+"""The designs of the study's plans so far (the repository's history, as data): the rows of
+the MDE table."""
+
+
+def plan_designs(root: Path | None = None) -> list[tuple[str, int, int, tuple[int, ...]]]:
+    """(label, pre-training seeds, fine-tuning seeds, eval examples of each DESIGN_TASKS task)
+    of each design in DESIGNS_FILE; one line naming the file when it is not such a list."""
+    path = (root or repo_root()) / DESIGNS_FILE
+    try:
+        rows = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return [(str(r["label"]), int(r["pretrain_seeds"]), int(r["finetune_seeds"]),
+                 tuple(int(r["eval_examples"][t]) for t in DESIGN_TASKS)) for r in rows]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
+        raise Gpt1Error(f"not a list of study designs (label, pretrain_seeds, finetune_seeds, "
+                        f"eval_examples of {', '.join(DESIGN_TASKS)}): {err!r}", path) from None
 
 
 def run_findings(params: Params) -> tuple[Metrics, list[Finding], str]:

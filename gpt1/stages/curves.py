@@ -3,7 +3,7 @@ arm of curves.arms fine-tuned on n training examples, stage curve_n; the bag-of-
 at the same n, stage curve_floor), the pre-training-compute curve (the `full` recipe
 fine-tuned from each kept zero-shot checkpoint of a pre-training run, stage curve_step) and
 the dose curve (the `full` row fine-tuned from each budget's own pre-training run, stage
-curve_dose). Each point runs one arm (gpt1/arm_run.py) on the params gpt1/arms.py composes for
+curve_dose). Each point runs one arm (gpt1/arms/run.py) on the params gpt1/arms composes for
 it, its training samples drawn outside the rows the task's pilot scored (`arms.outside_pilot`;
 the dose curve's are Table 5's, outside them by construction); every point is its own record,
 which the report's curves (gpt1/report/curves.py) read; a record's variant is curve_n_<arm>,
@@ -16,8 +16,8 @@ from typing import Any
 
 from gpt1 import atomic, hf_stand_in, names
 from gpt1 import checkpoint as ckpt
-from gpt1.arm_run import run_arm, run_floor
 from gpt1.arms import arm_body, arm_params, dose_arm_params, outside_pilot, with_caps
+from gpt1.arms.run import run_arm, run_floor
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
 from gpt1.floor import VARIANT as FLOOR_ARM

@@ -68,7 +68,7 @@ def clean_corpus(params: Params, *, context: StageContext | None = None) -> dict
 def check_corpus(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """great-expectations gate over the cleaned corpus (Data Docs HTML in paths.data_docs,
     logged to MLflow); fails the stage on any violation."""
-    with tracking.start_run("check_corpus", params):
+    with tracking.start_run("check_corpus", params, context=context):
         corpus = _read_corpus(params)
         tracking.log_datasets("corpus", {"checked": (corpus, params.paths.clean_corpus)})
         report = checks.check_corpus(corpus, params.checks,
@@ -138,7 +138,7 @@ def prepare_task(params: Params, task: str, *, context: StageContext | None = No
                               params.tasks.carve_seed)
     docs = Path(params.paths.data_docs) / "tasks" / task
     stem = StageRun.of("prepare_task", task=task).stem
-    with tracking.start_run(stem, params):
+    with tracking.start_run(stem, params, context=context):
         report = load.validate_tables(tables, spec, Path(mirror) / "tasks"
                                       if mirror and spec.custom is None else "", docs)
         tracking.log_artifact(docs, "data_docs")

@@ -1,13 +1,13 @@
 """The fine-tuning stages: finetune (the `full` arm of every table), Table 5's ablation rows
 and bag-of-words floor, and Figure 2 left (transfer_layers); each runs one arm
-(gpt1/arm_run.py) on the params gpt1/arms.py composes for it."""
+(gpt1/arms/run.py) on the params gpt1/arms composes for it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpt1 import arms, names
-from gpt1.arm_run import run_arm, run_floor
+from gpt1.arms.run import run_arm, run_floor
 from gpt1.config import FULL_ARM, Params, override
 from gpt1.errors import Gpt1Error
 from gpt1.records import StageContext
@@ -23,16 +23,16 @@ def finetune(params: Params, task: str, pretrain_seed: int | None = None, *,
                    record_params=params, context=context)
 
 
-def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None, *,
+def ablation(params: Params, task: str, arm: str, pretrain_seed: int | None = None, *,
              context: StageContext | None = None) -> dict[str, Any]:
-    """Table 5: the finetune stage on `task` with the overrides of arm `variant` (same loop),
-    at the lr its pilot chose where ablations.pilot tunes it."""
+    """Table 5: the finetune stage on `task` with the overrides of `arm` (same loop), at the
+    lr its pilot chose where ablations.pilot tunes it."""
     if task not in params.ablations.tasks:
         raise Gpt1Error(f"task {task!r} not in ablations.tasks {list(params.ablations.tasks)}")
-    arms.ablation_params(params, variant)  # an unknown arm: one line, listed
-    return run_arm(arms.arm_params(params, variant, task), task, variant,
-                   arms.arm_body(params, variant), pretrain_seed,
-                   stem=record_prefix("ablation", task=task, variant=variant), context=context)
+    arms.ablation_params(params, arm)  # an unknown arm: one line, listed
+    return run_arm(arms.arm_params(params, arm, task), task, arm, arms.arm_body(params, arm),
+                   pretrain_seed, stem=record_prefix("ablation", task=task, arm=arm),
+                   context=context)
 
 
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None,

@@ -87,8 +87,8 @@ def _pretrain(params: Params, stage_run: StageRun, kind: str, context: StageCont
     meta = {"kind": kind, "vocab_size": tok.vocab_size, "tokenizer_hash": tok.hash,
             "backend": backend_of(model), "pretrain_seed": pretrain_seed}
     is_rank0 = context is None or context.records  # launched ranks: only rank 0 records
-    run = (tracking.start_run(stage, record_params) if is_rank0  # the user's params, logged
-           else contextlib.nullcontext(None))
+    run = (tracking.start_run(stage, record_params, context=context)  # the user's params
+           if is_rank0 else contextlib.nullcontext(None))
     with run as on_metrics:
         metrics = pretraining.pretrain(model, train_tokens, val_tokens, params, run_dir, meta,
                                        flops, on_metrics or (lambda step, m: None))

@@ -19,13 +19,13 @@ def report(params: Params, *, context: StageContext | None = None) -> dict[str, 
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
     # the current stages' records only: another config's leftovers are not this run's
     metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))
-    expected = {StageRun.of("ablation", variant=v, task=t, pretrain_seed=p).stem:
+    expected = {StageRun.of("ablation", arm=v, task=t, pretrain_seed=p).stem:
                 ablation_params(params, v, lr=metrics.get(StageRun.of(
-                    "lr_pilot", variant=v, task=t).stem, {}).get("chosen_lr")).digest()
+                    "lr_pilot", arm=v, task=t).stem, {}).get("chosen_lr")).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks
                 for p in params.pretrain.seeds}
     paths = document.write_outputs(params, metrics, expected)
-    with tracking.start_run("report", params):
+    with tracking.start_run("report", params, context=context):
         for path in paths.values():
             tracking.log_artifact(path, "report")
     log.info("report: %s from %d metrics files", paths["report"], len(metrics))

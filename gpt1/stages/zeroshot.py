@@ -51,7 +51,7 @@ def score_checkpoints(params: Params, name: str, kind: str, pretrain_seed: int, 
     precision = resolve_precision(params.pretrain.precision, device)
     n_ctx = params.model.n_positions
     rows, frames = [], []
-    with tracking.start_run(stage, params) as on_metrics:
+    with tracking.start_run(stage, params, context=context) as on_metrics:
         for step in progress(steps, desc=f"{stage} checkpoints", unit="ckpt"):
             model, _ = checkpoint.load_model(run_dir, tok.hash, step=step)
             scorer = zs.ModelScorer(model.to(device), n_ctx, cfg.batch_size,

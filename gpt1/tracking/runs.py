@@ -1,7 +1,9 @@
 """MLflow run lifecycle: open a stage's run, feed it metrics and artifacts, end it.
 
-Stages wrap their work in `start_run(stage, params)` and hand the yielded `on_metrics(step,
-metrics)` sink to their loops; loops never import mlflow. A run nests under the run open in
+Stages wrap their work in `start_run(stage, params, context=context)` and hand the yielded
+`on_metrics(step, metrics)` sink to their loops; the stage context (gpt1.records.StageContext)
+carries the stage's own run, opened before its work (`stage_scope`), which its first
+`start_run` logs into; loops never import mlflow. A run nests under the run open in
 this process, the flow's runs ($GPT1_RUN_ID, $GPT1_PARENT_RUN_ID) or the `dvc repro`
 invocation's parent. Step metrics go through MLflow's async logging. All of it is a no-op when
 params.tracking.enabled is false. The metrics JSON files stay the record; MLflow is a view.
@@ -14,6 +16,7 @@ pending) for `gpt1 relog`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -68,6 +71,8 @@ class Run:
     that stage's params sections."""
     queued: list[tuple[RunOperations, list[list[Any]]]] = field(default_factory=list)
     lost: Pending | None = None
+    taken: bool = False
+    """Whether a `start_run` given it (a stage context's run) logs into it already."""
 
     def attempt(self, op: dict[str, Any] | Callable[[Pending], dict[str, Any]],
                 call: Callable[[], Any]) -> None:
@@ -235,9 +240,13 @@ def _stage_of_run(where: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def start_run(stage: str, params: Params, where: str | None = None
+def start_run(stage: str, params: Params, where: str | None = None, *, context: Any = None
               ) -> Iterator[MetricsSink]:
     """Open an MLflow run for one stage and yield its `on_metrics(step, metrics)` sink.
+
+    `context` (gpt1.records.StageContext): its `run`, open since the stage started
+    (`stage_scope`) or a candidate's (`child_scope`), is the run the first `start_run` given
+    it logs into, instead of opening one.
 
     Nests under the run open in this process, else logs into $GPT1_RUN_ID (the stage run the
     flow opened), else nests under $GPT1_PARENT_RUN_ID, else is a top-level run. A created run
@@ -249,8 +258,10 @@ def start_run(stage: str, params: Params, where: str | None = None
     if not params.tracking.enabled:
         yield _discard
         return
-    if _SCOPE and _ACTIVE and _ACTIVE[-1] is _SCOPE[-1]:
-        yield _SCOPE.pop().on_metrics  # the stage's own run, open since the stage started
+    own = None if context is None else context.run
+    if own is not None and not own.taken and _ACTIVE and _ACTIVE[-1] is own:
+        own.taken = True
+        yield own.on_metrics  # the stage's own run, open since the stage started
         return
     stage = os.environ.get("DVC_STAGE") or stage  # one run name per stage on every path
     running = _active_run_id()
@@ -266,45 +277,34 @@ def start_run(stage: str, params: Params, where: str | None = None
         yield run.on_metrics
 
 
-_SCOPE: list[Run] = []
-"""The run `stage_scope` opened, until the stage's first `start_run` takes it over."""
-
-
 @contextlib.contextmanager
-def stage_scope(name: str, params: Params, stage: str) -> Iterator[None]:
+def stage_scope(name: str, params: Params, stage: str) -> Iterator[Run | None]:
     """The run `name` of dvc.yaml's stage `stage`, opened before its work starts (so the run's
-    duration is the stage's) and ended with it; the stage's first `start_run` logs into it
-    instead of opening one."""
+    duration is the stage's) and ended with it; yielded (None with tracking off) for the stage
+    context (gpt1.records.StageContext.run), whose first `start_run` logs into it."""
     with start_run(name, params, stage):
-        if _ACTIVE:
-            _ACTIVE[-1].stage = stage
-            _SCOPE.append(_ACTIVE[-1])
-        try:
-            yield
-        finally:
-            _SCOPE.clear()
+        run = _ACTIVE[-1] if params.tracking.enabled and _ACTIVE else None
+        if run is not None:
+            run.stage = stage
+        yield run
 
 
 @contextlib.contextmanager
-def child_scope(name: str, params: Params, tags: Mapping[str, str] | None = None
-                ) -> Iterator[None]:
+def child_scope(name: str, params: Params, tags: Mapping[str, str] | None = None,
+                context: Any = None) -> Iterator[Any]:
     """A child run named `name` of the run open now (one candidate of a stage that tries
-    several, e.g. `lr=0.00025` of an lr pilot), logging `params` (the candidate's own): the
-    first `start_run` inside the block logs into it, so the stage's run keeps only what the
-    stage itself logs after the block (its choice)."""
-    if not params.tracking.enabled or not _ACTIVE:
-        yield
+    several, e.g. `lr=0.00025` of an lr pilot), logging `params` (the candidate's own); yields
+    the stage context `context` with the child as its run, so the first `start_run` given it
+    logs into the child and the stage's run keeps only what the stage itself logs after the
+    block (its choice). `context` as it is without tracking, an open run or a context."""
+    if not params.tracking.enabled or not _ACTIVE or context is None:
+        yield context
         return
     where = _stage_of_run(None) or name
     with open_active(params, name, _ACTIVE[-1].run_id,
                      {"gpt1.stage": where, "gpt1.candidate": name, **(tags or {})},
                      None, where) as run:
-        _SCOPE.append(run)
-        try:
-            yield
-        finally:
-            if _SCOPE and _SCOPE[-1] is run:
-                _SCOPE.pop()
+        yield dataclasses.replace(context, run=run)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,6 @@
-"""Adding a task of one's own re-runs only its stages and the report, as DVC sees it.
+"""Adding a task of one's own re-runs only its stages (its preparation, the full row's pilot
+stage, which records the recipe's lr outside ablations.tasks, and its fine-tuning) and the
+report, as DVC sees it.
 
 A copy of the repository on the tiny preset, every stage's outputs stood in by placeholder files
 and recorded with `dvc commit` (what DVC compares is the params and files each stage declares,
@@ -14,31 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.dvc_repo import copy_repo, run, set_params
+from tests.helpers.dvc_repo import copy_repo, run, set_params, stand_in_outputs
 from tests.helpers.params import TINY
 
 pytestmark = pytest.mark.slow
-
-
-def _stand_in(repo: Path) -> None:
-    """A placeholder at every output and every missing dependency of the rendered stages (a
-    folder where the name has no suffix)."""
-    from dvc.repo import Repo
-
-    with Repo(str(repo)) as dvc:
-        stages = list(dvc.index.stages)
-    paths = [Path(o.fs_path) for s in stages for o in s.outs]
-    paths += [Path(d.fs_path) for s in stages for d in s.deps if hasattr(d, "fs_path")
-              and not Path(d.fs_path).exists() and not d.fs_path.endswith(".yaml")]
-    for path in paths:
-        if path.exists():
-            continue
-        if path.suffix:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{}\n")
-        else:
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "placeholder").write_text("\n")
 
 
 def test_an_own_task_reruns_only_its_stages_and_the_report(tmp_path: Path) -> None:
@@ -51,7 +32,7 @@ def test_an_own_task_reruns_only_its_stages_and_the_report(tmp_path: Path) -> No
                         "curves": {"tasks": ["sst2"]}, "zeroshot": {"tasks": ["sst2", "cola"]},
                         "report": {"confirmatory_tasks": ["sst2"], "gate_margins": {"sst2": 0.03}}})
     run(["dvc", "init", "--no-scm", "-q"], repo)  # no git: no .gitignore written into deps
-    _stand_in(repo)
+    stand_in_outputs(repo)
     run(["dvc", "commit", "-f", "-q"], repo)
     assert re.findall(r"^(\S+):", run(["dvc", "status"], repo), re.M) == ["scan_mirror"]
 
@@ -63,5 +44,5 @@ def test_an_own_task_reruns_only_its_stages_and_the_report(tmp_path: Path) -> No
                                                "label": "label", "labels": ["a", "b"]}}})
     changed = set(re.findall(r"^(\S+):", run(["dvc", "status"], repo), re.M))
     seed = params["pretrain"]["seeds"][0]
-    assert changed == {"scan_mirror", "prepare_task@questions", f"finetune@questions-{seed}",
-                       "data_docs", "report"}
+    assert changed == {"scan_mirror", "prepare_task@questions", "lr_pilot_full@questions",
+                       f"finetune@questions-{seed}", "data_docs", "report"}

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from gpt1.arm_run import task_truncation
+from gpt1.arms.run import task_truncation
 from gpt1.config import load_params
 from gpt1.finetune import body_factory, finetune_task, resolve_hparams
 from gpt1.lstm import LSTMLM

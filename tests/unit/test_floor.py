@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpt1 import arm_run, floor, records
+from gpt1 import floor, records
+from gpt1.arms import run as arm_run
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
 from gpt1.report import tables
@@ -53,7 +54,7 @@ def test_c_is_chosen_by_cross_validation_on_the_training_sample(tiny_params) -> 
 
 def _write_arm(params, task: str, variant: str, predict, seeds: list[int],
                pretrain_seed: int) -> None:
-    """A neural arm's record + prediction files (as arm_run.run_arm writes them)."""
+    """A neural arm's record + prediction files (as gpt1.arms.run.run_arm writes them)."""
     test = load.read_tables(Path(params.paths.tasks) / task)["test"]
     out = Path(params.paths.finetuned) / f"p{pretrain_seed}" / variant / task
     out.mkdir(parents=True)

@@ -14,7 +14,7 @@ import yaml
 from gpt1 import freshness, records
 from gpt1.config import load_params, override
 from gpt1.records import StageContext
-from gpt1.report.document import headline
+from gpt1.report.headline import headline
 from gpt1.tasks.registry import TASKS
 from tests.helpers.repo import REPO
 

@@ -53,7 +53,7 @@ def test_every_dvc_stage_is_a_row_with_its_keys_and_function() -> None:
         source = REPO.joinpath(*stage.module.split(".")).with_suffix(".py").read_text()
         defined = {n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
         assert stage.attribute in defined, stage.function
-    assert STAGES["lr_pilot"].address == ("variant", "task")  # one pilot per row and task
+    assert STAGES["lr_pilot"].address == ("arm", "task")  # one pilot per row and task
 
 
 def test_every_stage_function_takes_the_stage_context() -> None:
@@ -119,12 +119,12 @@ def test_runs_of_params_are_dvcs_stages_with_their_records(preset: str, tmp_path
 
 
 def test_a_run_gives_every_name_from_one_place() -> None:
-    run = StageRun.of("ablation", variant="scratch", task="sst2", pretrain_seed=1235)
+    run = StageRun.of("ablation", arm="scratch", task="sst2", pretrain_seed=1235)
     assert run.address == "ablation@scratch-sst2-1235"
     assert run.stem == "finetune_scratch_sst2_p1235"  # committed records keep their stems
-    assert run.argv == ["ablation", "--task", "sst2", "--variant", "scratch",
+    assert run.argv == ["ablation", "--task", "sst2", "--arm", "scratch",
                         "--pretrain-seed", "1235"]
-    assert run.lock_name == "gpt1 ablation --task sst2 --variant scratch --pretrain-seed 1235"
+    assert run.lock_name == "gpt1 ablation --task sst2 --arm scratch --pretrain-seed 1235"
     assert StageRun.of("lr_pilot_full", task="rte").stem == "lr_pilot_full_rte"
     assert StageRun.of("floor", task="rte").stem == "finetune_bow_rte"
     assert StageRun.of("pretrain_lstm", pretrain_seed=7).stem == "pretrain_lstm_p7"
@@ -191,9 +191,9 @@ def test_the_cli_names_every_stage_the_flow_runs_as_dvc_does() -> None:
     (["pretrain-lstm", "--pretrain-seed", "1235"], "pretrain_lstm@1235"),
     (["prepare_task", "--task", "rte"], "prepare_task@rte"),
     (["finetune", "--task", "cola"], "finetune@cola-1234"),
-    (["lr_pilot", "--task", "sst2", "--variant", "scratch"], "lr_pilot@scratch-sst2"),
-    (["lr_pilot", "--task", "sst2", "--variant", "lstm"], "lr_pilot@lstm-sst2"),
-    (["ablation", "--task", "sst2", "--variant", "lstm", "--pretrain-seed", "1235"],
+    (["lr_pilot", "--task", "sst2", "--arm", "scratch"], "lr_pilot@scratch-sst2"),
+    (["lr_pilot", "--task", "sst2", "--variant", "lstm"], "lr_pilot@lstm-sst2"),  # old flag
+    (["ablation", "--task", "sst2", "--arm", "lstm", "--pretrain-seed", "1235"],
      "ablation@lstm-sst2-1235"),
     (["floor", "--task", "sst2"], "floor@sst2"),
     (["transfer_layers", "--task", "mnli", "--layers", "3"], "transfer_layers@mnli-3-1234"),

@@ -26,6 +26,7 @@ from gpt1.report import (
     prose,
     tables,
 )
+from gpt1.report import plan as report_plan
 from gpt1.report import runs as report_runs
 from gpt1.report.estimates import Finding
 from tests.helpers.repo import REPO
@@ -560,18 +561,18 @@ def test_plan_commit_is_checked_against_git(tmp_path: Path, monkeypatch) -> None
     git("commit", "-qm", "run")
     late = git("rev-parse", "--short", "HEAD")
     monkeypatch.chdir(tmp_path)
-    assert document.plan_check(plan) == "an ancestor of HEAD; touches no result"
-    assert document.plan_check(late).endswith("touches results: reports/report.md")
+    assert report_plan.plan_check(plan) == "an ancestor of HEAD; touches no result"
+    assert report_plan.plan_check(late).endswith("touches results: reports/report.md")
     (tmp_path / "gpt1" / "report").mkdir(parents=True)
     (tmp_path / "gpt1" / "report" / "findings.py").write_text("fix\n")
     git("add", "-A")
     git("commit", "-qm", "a fix to the analysis code")
     fix = git("rev-parse", "--short", "HEAD")
-    assert document.analysis_changes(plan) == [f"{fix} a fix to the analysis code",
+    assert report_plan.analysis_changes(plan) == [f"{fix} a fix to the analysis code",
                                                f"{late} run"]
-    assert document.analysis_changes(fix) == []
-    assert document.analysis_changes("0000000") is None
-    assert document.plan_check("0000000") == "not found in this clone's git history"
+    assert report_plan.analysis_changes(fix) == []
+    assert report_plan.analysis_changes("0000000") is None
+    assert report_plan.plan_check("0000000") == "not found in this clone's git history"
 
 
 def _layer_records(make_params, tmp_path: Path) -> tuple[Any, dict[str, Any]]:

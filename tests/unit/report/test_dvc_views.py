@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpt1.report.document import headline
+from gpt1.report.headline import headline
 from gpt1.tasks.registry import TASKS
 from tests.helpers.repo import REPO
 

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from gpt1 import stats
+from gpt1.arms.pilot import pilot_accuracy
 from gpt1.report import findings, pilots
 from gpt1.report.estimates import NOT_EVALUABLE, UNTESTABLE
-from gpt1.stages.lr_pilot import pilot_accuracy
 from gpt1.tasks.registry import TASKS
 from tests.helpers.report_metrics import preds_json
 
@@ -116,10 +116,22 @@ def test_the_pilot_table_shows_the_grid_the_choice_and_the_paper_recipe(gated) -
     row = lines[2]
     assert row.startswith("| Transformer w/o pre-training | cola | 6.25e-05, 0.0005 | 0.002, "
                           "0.1 | lr 6.25e-05, warm-up 0.002: 0.0, ")
-    assert ("| lr 0.0005, warm-up 0.1 | 75.0 | lr 6.25e-05, warm-up 0.002: 3.0 | 69.0 | clears "
-            "|") in row
+    assert ("| lr 0.0005, warm-up 0.1 ⚑ lr and warm-up at grid edge | 75.0 | lr 6.25e-05, "
+            "warm-up 0.002: 3.0 | 69.0 | clears |") in row
     text = " ".join(lines)
+    assert "⚑: the choice is the smallest or largest value of its grid" in text
     assert "biased towards clearing" in text and "in accuracy" in text
+
+
+def test_an_edge_choice_is_flagged_per_grid_from_the_record_or_its_grids(gated) -> None:
+    inside = {**NEW_PILOT, "grid": [6.25e-5, 5e-4, 1e-3], "warmup_grid": [0.002, 0.1, 0.2]}
+    assert pilots.grid_edges(inside) == []
+    assert pilots.grid_edges({**inside, "chosen_lr": 1e-3}) == ["lr"]
+    assert pilots.grid_edges({**inside, "chosen_warmup": 0.002}) == ["warm-up"]
+    assert pilots.grid_edges({**inside, "warmup_grid": [0.1]}) == ["warm-up"]  # one value
+    assert pilots.grid_edges({**inside, "lr_at_edge": True}) == ["lr"]  # the record says so
+    row = pilots.pilot_section(gated, {"lr_pilot_scratch_cola": inside})[2]
+    assert pilots.EDGE not in row
 
 
 def test_the_pilot_accuracy_matches_predictions_to_labels_by_id() -> None:

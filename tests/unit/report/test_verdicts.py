@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from gpt1.__main__ import main
-from gpt1.report.verdicts import README_END, README_START
+from gpt1.errors import Gpt1Error
+from gpt1.report.verdicts import DESIGNS_FILE, README_END, README_START, plan_designs
 from tests.helpers.params import make_params_dict
 from tests.helpers.repo import REPO
 from tests.helpers.report_metrics import fixture_metrics, preds_json
@@ -79,6 +80,16 @@ def test_verdict_table_across_runs(tmp_path: Path) -> None:
     assert "| study v2 and v3 plans (full pools) | 2 x 3 | 872, 5,732 (1,514) | 5.8 | 5.1 |" in text
     assert "| old study (capped pools) | 1 x 3 | 872, 1,000 (932) | 7.0 | 7.0 |" in text
     assert "old design" in text and f"--run new={new}" in text
+
+
+def test_the_designs_are_data_read_with_one_line_on_a_bad_file(tmp_path: Path) -> None:
+    designs = plan_designs(REPO)
+    assert ("demo (SST-2 872, QNLI 250)", 1, 3, (872, 250)) in designs  # (sst2, qnli) order
+    (tmp_path / "docs").mkdir()
+    (tmp_path / DESIGNS_FILE).write_text("- label: no seeds\n  eval_examples: {sst2: 1}\n")
+    with pytest.raises(Gpt1Error, match="not a list of study designs") as err:
+        plan_designs(tmp_path)
+    assert err.value.path == str(tmp_path / DESIGNS_FILE)
 
 
 def test_a_bad_run_argument_is_one_line(tmp_path: Path, capsys) -> None:

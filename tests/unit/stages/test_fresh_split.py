@@ -1,6 +1,6 @@
 """The fresh split (tasks.fresh_examples): carved from the training pool before anything is drawn
 from it, so no training sample, pilot split or curve sample of any arm ever holds one of its
-rows (checked over the real drawing functions of gpt1/arms.py on a pool built in code), and
+rows (checked over the real drawing functions of gpt1/arms/ on a pool built in code), and
 scored by every fine-tuning arm beside the test split (a tiny run of the real stages)."""
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ tiny real runs (tests/unit/test_selection.py) check the same on trained models."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from gpt1 import arms
+from gpt1.arms import pilot
 from gpt1.config import Params, load_params, override
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
@@ -65,7 +67,7 @@ def pilot_params(make_params, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return {"predictions": {"test": [str(path)]}, "scores": {"acc": {"mean": acc}},
                 "log_loss": [1.0 - hp.warmup_frac]}
 
-    monkeypatch.setattr(lr_pilot_stages, "run_arm", fake_finetune)
+    monkeypatch.setattr(pilot, "run_arm", fake_finetune)
     return params, pool, calls
 
 
@@ -87,7 +89,11 @@ def test_every_arm_is_piloted_over_the_same_grid_and_its_runs_use_the_choice(
         assert out["paper_recipe"]["lr"] == paper[0] and not out["paper_recipe"]["in_grid"]
         assert out["chosen_score"] == out["dev_scores"]["lr 0.0005, warm-up 0.1"]
         assert out["chosen_accuracy"] == pytest.approx(1 - 3 / 30)  # its 3 wrong of 30, by id
-        assert arms.pilot_choice(params, arm, "sst2") == BEST  # read back from the record
+        assert (out["lr_at_edge"], out["warmup_at_edge"]) == (False, True)  # 0.1 = max warm-up
+        assert arms.pilot_choice(params, arm, "sst2") == BEST  # read back from its choice file
+        choice = json.loads(arms.choice_path(params, arm, "sst2").read_text())
+        assert choice["scores"] == out["dev_scores"] and choice["lr_grid"] == list(LRS)
+        assert (choice["lr_at_edge"], choice["warmup_at_edge"]) == (False, True)
         confirmatory = resolve_hparams(arms.ablation_params(params, arm, *BEST), "sst2")
         assert (confirmatory.lr, confirmatory.warmup_frac) == BEST
 
@@ -132,7 +138,7 @@ def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> No
         assert other[0]["id"].tolist() == train["id"].tolist()
         assert other[1]["id"].tolist() == dev["id"].tolist()
     top = train["label"].value_counts().idxmax()
-    assert lr_pilot_stages.majority_share(TASKS["sst2"], train, dev) == pytest.approx(
+    assert pilot.majority_share(TASKS["sst2"], train, dev) == pytest.approx(
         float((dev["label"] == top).mean()))
     record = lr_pilot_stages.lr_pilot(params, "sst2", "full")
     assert record["dev_majority"] == pytest.approx(float((dev["label"] == top).mean()))

@@ -3,6 +3,8 @@ CLI arguments and their DVC entries."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -30,13 +32,13 @@ def test_presets_override_only_init_and_lm_coef(tiny_params) -> None:
     for p in (scratch, no_aux, lstm):  # everything else is the full run's params
         assert p.model_dump(exclude={"finetune"}) == tiny_params.model_dump(exclude={"finetune"})
     assert tiny_params.ablations.presets["lstm"].body == "lstm"
-    with pytest.raises(Gpt1Error, match="unknown ablation variant"):
+    with pytest.raises(Gpt1Error, match="unknown arm"):
         arms.ablation_params(tiny_params, "bogus")
 
 
-def test_cli_takes_variant_and_layers() -> None:
-    args = build_parser().parse_args(["ablation", "--task", "rte", "--variant", "scratch"])
-    assert (args.task, args.variant) == ("rte", "scratch")
+def test_cli_takes_arm_and_layers() -> None:
+    args = build_parser().parse_args(["ablation", "--task", "rte", "--arm", "scratch"])
+    assert (args.task, args.arm) == ("rte", "scratch")
     args = build_parser().parse_args(["transfer_layers", "--task", "mnli", "--layers", "3"])
     assert args.layers == 3
     with pytest.raises(SystemExit):
@@ -45,8 +47,17 @@ def test_cli_takes_variant_and_layers() -> None:
     args = build_parser().parse_args(["finetune", "--task", "rte", "--pretrain-seed", "7"])
     assert args.pretrain_seed == 7
     assert build_parser().parse_args(["zeroshot"]).pretrain_seed is None  # the first seed
-    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--variant", "lstm"])
-    assert (args.task, args.variant) == ("rte", "lstm")
+    args = build_parser().parse_args(["lr_pilot", "--task", "rte", "--arm", "lstm"])
+    assert (args.task, args.arm) == ("rte", "lstm")
+    for old in (["--variant", "lstm"], ["--variant=lstm"]):  # the old flag, still accepted
+        assert build_parser().parse_args(["lr_pilot", "--task", "rte", *old]).arm == "lstm"
+    assert "--variant" not in build_parser().format_help() + _help("lr_pilot")
+
+
+def _help(command: str) -> str:
+    parser = build_parser([command])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command].format_help()
 
 
 def test_a_pretraining_seed_outside_the_list_is_refused(tiny_params) -> None:
@@ -66,6 +77,29 @@ def test_a_row_the_pilot_does_not_tune_records_so_and_trains_nothing(make_params
     assert "chosen_lr" not in out and out["not_piloted"].startswith("not in ablations.pilot")
     base = Path(tiny_params.paths.finetuned) / "lr_pilot" / "no_aux_sst2"
     assert [p.name for p in base.iterdir()] == ["not_piloted.json"]  # the stage's DVC output
+    choice = json.loads(arms.choice_path(tiny_params, "no_aux", "sst2").read_text())
+    assert choice["lr"] is None and choice["not_piloted"] == out["not_piloted"]
+    assert arms.pilot_choice(tiny_params, "no_aux", "sst2") == (None, None)  # the recipe's
+
+
+def test_the_full_row_has_a_pilot_stage_on_every_fine_tuned_task(tiny_params) -> None:
+    """finetune@<task> depends on lr_pilot_full@<task>'s choice file, so every task of
+    finetune.tasks has one: outside ablations.tasks it says the recipe's lr."""
+    task = next(t for t in tiny_params.finetune.tasks if t not in tiny_params.ablations.tasks)
+    out = lr_pilot_stages.lr_pilot_full(tiny_params, task)
+    assert out["not_piloted"].startswith("not in ablations.tasks")
+    choice = json.loads(arms.choice_path(tiny_params, "full", task).read_text())
+    assert choice == {"arm": "full", "task": task, "lr": None, "warmup_frac": None,
+                      "not_piloted": out["not_piloted"]}
+    with pytest.raises(Gpt1Error, match="nor full x finetune.tasks"):
+        lr_pilot_stages.lr_pilot(tiny_params, task, "scratch")
+
+
+def test_a_missing_choice_names_the_pilot_stage_to_run(make_params) -> None:
+    params = make_params({"ablations": {"pilot": {"variants": ["full"]}}})
+    task = params.ablations.tasks[0]
+    with pytest.raises(Gpt1Error, match=f"dvc repro lr_pilot_full@{task}"):
+        arms.pilot_choice(params, "full", task)
 
 
 def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
@@ -75,9 +109,9 @@ def test_dvc_stages_exist_in_cli_and_call_it_with_their_matrix() -> None:
         assert name in STAGES and name in dvc
     assert dvc["floor"]["foreach"] == "${ablations.tasks}"  # no pre-training seed
     assert "--task ${item}" in dvc["floor"]["do"]["cmd"]
-    assert set(dvc["ablation"]["matrix"]) == {"variant", "task", "pretrain_seed"}
-    assert "--variant ${item.variant}" in dvc["ablation"]["cmd"]
-    assert set(dvc["lr_pilot"]["matrix"]) == {"variant", "task"}  # one pilot per row and task
+    assert set(dvc["ablation"]["matrix"]) == {"arm", "task", "pretrain_seed"}
+    assert "--arm ${item.arm}" in dvc["ablation"]["cmd"]
+    assert set(dvc["lr_pilot"]["matrix"]) == {"arm", "task"}  # one pilot per row and task
     for name in ("finetune", "ablation", "transfer_layers"):  # per pre-training seed
         assert dvc[name]["matrix"]["pretrain_seed"] == "${pretrain.seeds}"
         assert "--pretrain-seed ${item.pretrain_seed}" in dvc[name]["cmd"]

@@ -4,6 +4,7 @@ recipe row (its own lr, curves and pilot-split score), and the stage's run holdi
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from gpt1 import bpe, tracking
 from gpt1.config import parse_params
 from gpt1.data.clean import standardize_texts
+from gpt1.records import StageContext
 from gpt1.stages import lr_pilot as lr_pilot_stages
 from gpt1.tasks import load
 from gpt1.tasks.registry import TASKS
@@ -41,8 +43,10 @@ def test_each_candidate_is_a_named_child_and_the_stage_run_holds_the_choice(
         monkeypatch.delenv(env, raising=False)
     monkeypatch.setenv("DVC_STAGE", "lr_pilot@scratch-sst2")  # as `dvc repro` runs it
     monkeypatch.setattr(tracking.runs.lineage, "repro_invocation", lambda: None)
-    with tracking.stage_scope("lr_pilot@scratch-sst2", params, "lr_pilot"):
-        chosen = lr_pilot_stages.lr_pilot(params, "sst2", "scratch")
+    context = StageContext.of("lr_pilot", "lr_pilot@scratch-sst2", params, 0.0, None)
+    with tracking.stage_scope("lr_pilot@scratch-sst2", params, "lr_pilot") as run:  # as the CLI
+        chosen = lr_pilot_stages.lr_pilot(params, "sst2", "scratch",
+                                          context=dataclasses.replace(context, run=run))
 
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("pilot").experiment_id

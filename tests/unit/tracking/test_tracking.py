@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
@@ -105,6 +106,34 @@ def test_failed_stage_is_marked_failed_and_nests_in_process(on_params) -> None:
     (child,) = tracking.child_runs(on_params, parent)
     assert child["status"] == "FAILED"
     assert client.get_run(parent).info.status == "FINISHED"
+
+
+def test_the_stage_run_is_passed_in_its_context_not_taken_from_the_module(
+        on_params, monkeypatch) -> None:
+    """Under the CLI the stage's run is open before its work; a start_run given the stage
+    context logs into it (once), one given no context opens its own run under its stem."""
+    from mlflow import MlflowClient
+
+    from gpt1.records import StageContext
+
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    monkeypatch.setattr(tracking.runs.lineage, "repro_invocation", lambda: None)
+    client = MlflowClient(tracking_uri=on_params.tracking.uri)
+    context = StageContext.of("report", "report", on_params, 0.0, None)
+    with tracking.stage_scope("report", on_params, "report") as run:
+        assert run is not None
+        own = dataclasses.replace(context, run=run)
+        with tracking.start_run("a_stem", on_params):  # no context: a run of its own
+            tracking.log_summary({"apart": 1.0})
+        with tracking.start_run("report", on_params, context=own):
+            tracking.log_summary({"own": 1.0})
+        with tracking.start_run("again", on_params, context=own):  # taken: a child
+            tracking.log_summary({"child": 1.0})
+    stage = client.get_run(run.run_id)
+    assert stage.info.run_name == "report" and stage.data.metrics == {"own": 1.0}
+    children = {r.info.run_name: r.data.metrics for r in client.search_runs(
+        [stage.info.experiment_id], f"tags.mlflow.parentRunId = '{run.run_id}'")}
+    assert children == {"a_stem": {"apart": 1.0}, "again": {"child": 1.0}}
 
 
 def test_unknown_parent_run_is_one_line_error(on_params, monkeypatch) -> None:

@@ -1,5 +1,5 @@
 """Running one arm on one task and recording it: the one fine-tuning loop (gpt1.finetune) on
-an arm's params (gpt1/arms.py), or Table 5's bag-of-words floor (gpt1/floor.py) on the same
+an arm's params (gpt1.arms), or Table 5's bag-of-words floor (gpt1/floor.py) on the same
 training samples; what every fine-tuning stage (finetune, ablation, floor, transfer_layers,
 lr_pilot, the curves) runs under its own record stem."""
 
@@ -107,7 +107,7 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
     model_dir = out_dir / predict.MODEL_DIR  # the `full` row only: what `gpt1 predict` uses
     save = (None if not keep_model else lambda m, d: predict.save_task_model(
         d / predict.MODEL_DIR, m, params, task, kind, tok, pretrain_seed))
-    with tracking.start_run(stem, params) as on_metrics:
+    with tracking.start_run(stem, params, context=context) as on_metrics:
         used = {**capped, "train": trains[hp.seeds[0]]}  # the first seed's training sample
         tracking.log_datasets(task, {s: (t, Path(params.paths.tasks) / task / f"{s}.parquet")
                                      for s, t in used.items()})
@@ -193,7 +193,7 @@ def run_floor(params: Params, task: str, stem: str, run: Params | None = None, o
               ) -> dict[str, Any]:
     """The bag-of-words floor on one task under its own record `stem` and MLflow run:
     `floor_record` on `run` (default params), recorded with `params`."""
-    with tracking.start_run(stem, params):
+    with tracking.start_run(stem, params, context=context):
         metrics = floor_record(run or params, task, out, held_out)
         record(params, stem, metrics, tuple(k for k in ("scores", f"{FRESH}_scores")
                                             if k in metrics), context=context)

@@ -1,19 +1,21 @@
-"""The arms of the fine-tuning study, as library rules: an arm is `full` (the finetune stage's
-recipe) or a Table 5 row (ablations.presets, named `variant` in params and the CLI), run at the
-(lr, warm-up) its pilot chose. One function composes an arm's params for a task (`arm_params`),
-one gives its training samples (`training_samples`), and the pilot's split and choice are read
-here; the caps of Figure 2 left and the curves too. The stages run the one fine-tuning loop on
-these params (gpt1/arm_run.py)."""
+"""The arms of the fine-tuning study: an arm is `full` (the finetune stage's recipe) or a
+Table 5 row (ablations.presets; `ablations.variants` in params, `--arm` in the CLI), run at the (lr,
+warm-up) its pilot chose. This package's rules: one function composes an arm's params for a
+task (`arm_params`), one gives its training samples (`training_samples`), the pilot's split and
+the choice file each pilot writes and its arm's stages read; the caps of Figure 2 left and the
+curves too. Running one arm on these params: gpt1/arms/run.py; the lr pilot:
+gpt1/arms/pilot.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from gpt1 import names, records
+from gpt1 import atomic, names, records
 from gpt1.config import FULL_ARM, Params, override
 from gpt1.errors import Gpt1Error
 from gpt1.stage_table import StageRun
@@ -23,16 +25,16 @@ if TYPE_CHECKING:
     from gpt1.finetune import Hparams
 
 
-def ablation_params(params: Params, variant: str, lr: float | None = None,
+def ablation_params(params: Params, arm: str, lr: float | None = None,
                     warmup_frac: float | None = None) -> Params:
-    """The finetune params of arm `variant` at a given (lr, warm-up) (`arm_params`: at its
-    pilot's): Table 5's row ablations.presets[variant], or `full` (the
+    """The finetune params of `arm` at a given (lr, warm-up) (`arm_params`: at its
+    pilot's): Table 5's row ablations.presets[arm], or `full` (the
     finetune stage's own params); `lr` replaces finetune.lr and any per-task lr, `warmup_frac`
     finetune.warmup_frac (the configuration its pilot chose)."""
-    preset = params.ablations.presets.get(variant)
-    if preset is None and variant != FULL_ARM:
-        raise Gpt1Error(f"unknown ablation variant {variant!r}; ablations.presets = "
-                        f"{list(params.ablations.presets)}")
+    preset = params.ablations.presets.get(arm)
+    if preset is None and arm != FULL_ARM:
+        raise Gpt1Error(f"unknown arm {arm!r} (full, or a name in ablations.presets "
+                        f"{list(params.ablations.presets)})")
     values: dict[str, Any] = {}
     if preset is not None:
         lm_coef = params.finetune.lm_coef if preset.lm_coef is None else preset.lm_coef
@@ -69,16 +71,60 @@ def pilot_run(arm: str, task: str) -> StageRun:
     """The pilot's run of `arm` on `task`: lr_pilot_full for `full`, else lr_pilot."""
     if arm == FULL_ARM:
         return StageRun.of("lr_pilot_full", task=task)
-    return StageRun.of("lr_pilot", task=task, variant=arm)
+    return StageRun.of("lr_pilot", task=task, arm=arm)
+
+
+def pilot_dir(params: Params, arm: str, task: str) -> Path:
+    """The pilot's output folder of `arm` on `task` (its runs, its carved split)."""
+    return Path(params.paths.finetuned) / "lr_pilot" / f"{arm}_{task}"
+
+
+def choice_path(params: Params, arm: str, task: str) -> Path:
+    """The pilot's choice of `arm` on `task`: its own DVC output, which every stage that runs
+    the arm on the task declares (dvc.yaml), so a changed pilot re-runs only what reads it."""
+    return Path(params.paths.finetuned) / "lr_pilot" / "choices" / f"{arm}_{task}.json"
+
+
+def choice_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The choice file's content from a pilot's record (gpt1.arms.pilot): the (lr, warm-up) chosen,
+    both grids, the pilot-split scores and whether the choice lies at a grid's edge; `lr` and
+    `warmup_frac` null (the recipe's) where the pilot does not tune the arm."""
+    head = {"arm": record["variant"], "task": record["task"]}
+    if "not_piloted" in record:
+        return {**head, "lr": None, "warmup_frac": None, "not_piloted": record["not_piloted"]}
+    return {**head, "lr": record["chosen_lr"], "warmup_frac": record["chosen_warmup"],
+            "lr_grid": record["grid"], "warmup_grid": record["warmup_grid"],
+            "metric": record["metric"], "scores": record["dev_scores"],
+            "lr_at_edge": record["lr_at_edge"], "warmup_at_edge": record["warmup_at_edge"]}
+
+
+def write_choice(params: Params, arm: str, task: str, record: Mapping[str, Any]) -> Path:
+    """Write the pilot's choice file of `arm` on `task` (`choice_of` its record)."""
+    path = choice_path(params, arm, task)
+    atomic.write_json(path, choice_of(record))
+    return path
 
 
 def pilot_choice(params: Params, arm: str, task: str) -> tuple[float | None, float | None]:
-    """(lr, warm-up fraction) the pilot chose for `arm` on `task` (its record); (None, None)
-    where the pilot does not tune the arm on `task`."""
+    """(lr, warm-up fraction) the pilot chose for `arm` on `task` (its choice file); (None,
+    None) where the pilot does not tune the arm on `task`."""
     pilot = params.ablations.pilot
     if arm not in pilot.variants or task not in params.ablations.tasks:
         return None, None
-    return read_choice(params, pilot_run(arm, task))
+    path = choice_path(params, arm, task)
+    try:
+        choice = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise Gpt1Error(f"no pilot choice for {arm} on {task}: run `dvc repro "
+                        f"{pilot_run(arm, task).address}` first", path) from None
+    except (OSError, ValueError) as err:
+        raise Gpt1Error(f"unreadable pilot choice ({err})", path) from None
+    lr, warmup = choice.get("lr"), choice.get("warmup_frac")
+    if lr is None:
+        raise Gpt1Error(f"the pilot of {arm} on {task} did not tune it "
+                        f"({choice.get('not_piloted')}); re-run `dvc repro "
+                        f"{pilot_run(arm, task).address}`", path)
+    return float(lr), None if warmup is None else float(warmup)
 
 
 def read_choice(params: Params, run: StageRun) -> tuple[float, float | None]:
