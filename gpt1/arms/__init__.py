@@ -137,11 +137,13 @@ def read_choice(params: Params, run: StageRun) -> tuple[float, float | None]:
     return float(record["chosen_lr"]), None if warmup is None else float(warmup)
 
 
-def arm_params(params: Params, arm: str, task: str) -> Params:
+def arm_params(params: Params, arm: str, task: str,
+               choice: tuple[float | None, float | None] | None = None) -> Params:
     """The finetune params `arm` runs with on `task`: its recipe (`ablation_params`) at the
-    (lr, warm-up) its pilot chose where ablations.pilot tunes it on `task`, else at the
-    recipe's."""
-    return ablation_params(params, arm, *pilot_choice(params, arm, task))
+    (lr, warm-up) its pilot chose where ablations.pilot tunes it on `task` (`choice`, else
+    read from its choice file), else at the recipe's."""
+    lr, warmup = pilot_choice(params, arm, task) if choice is None else choice
+    return ablation_params(params, arm, lr, warmup)
 
 
 DOSE_PILOT_DIR = "pilot_dose"

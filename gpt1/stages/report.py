@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from gpt1 import freshness, records, tracking
-from gpt1.arms import ablation_params
+from gpt1.arms import arm_params
 from gpt1.config import Params
 from gpt1.records import StageContext
 from gpt1.report import document
@@ -15,13 +15,18 @@ from gpt1.stage_table import StageRun
 log = logging.getLogger(__name__)
 
 
+def _choice(metrics: dict[str, Any], arm: str, task: str) -> tuple[float | None, float | None]:
+    """The (lr, warm-up) the pilot record of `arm` on `task` chose; (None, None) without one."""
+    pilot = metrics.get(StageRun.of("lr_pilot", arm=arm, task=task).stem, {})
+    return pilot.get("chosen_lr"), pilot.get("chosen_warmup")
+
+
 def report(params: Params, *, context: StageContext | None = None) -> dict[str, Any]:
     """Tables 2-5 and Figure 2 from every metrics file (reports/), logged to MLflow."""
     # the current stages' records only: another config's leftovers are not this run's
     metrics = freshness.current_records(params, records.read_metrics(params.paths.metrics))
     expected = {StageRun.of("ablation", arm=v, task=t, pretrain_seed=p).stem:
-                ablation_params(params, v, lr=metrics.get(StageRun.of(
-                    "lr_pilot", arm=v, task=t).stem, {}).get("chosen_lr")).digest()
+                arm_params(params, v, t, _choice(metrics, v, t)).digest()
                 for v in params.ablations.presets for t in params.ablations.tasks
                 for p in params.pretrain.seeds}
     paths = document.write_outputs(params, metrics, expected)
