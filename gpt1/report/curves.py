@@ -195,7 +195,7 @@ def dose_records(params: Params, metrics: Metrics, task: str
     curves.dose_tokens, none."""
     if not params.curves.dose_tokens or params.pretrain.max_tokens is None:
         return []
-    doses = [(0, record_prefix("ablation", task=task, variant=SCRATCH_ARM)),
+    doses = [(0, record_prefix("ablation", task=task, arm=SCRATCH_ARM)),
              *((t, record_prefix("curve_dose", task=task, tokens=t))
                for t in params.curves.dose_tokens),
              (params.pretrain.max_tokens, record_prefix("finetune", task=task))]
