@@ -17,10 +17,13 @@ from gpt1.stage_table import StageRun, record_prefix
 def finetune(params: Params, task: str, pretrain_seed: int | None = None, *,
              context: StageContext | None = None) -> dict[str, Any]:
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table), at
-    the (lr, warm-up) its pilot chose where ablations.pilot tunes `full` on the task."""
+    the (lr, warm-up) its pilot chose where ablations.pilot tunes `full` on the task. Every
+    fine-tuning stage here draws its samples outside the task's pilot split
+    (gpt1.arms.pilot_rows)."""
     return run_arm(arms.arm_params(params, FULL_ARM, task), task, FULL_ARM, names.TRANSFORMER,
                    pretrain_seed, stem=record_prefix("finetune", task=task),
-                   record_params=params, context=context)
+                   record_params=params, held_out=arms.pilot_rows(params, task)[0],
+                   context=context)
 
 
 def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None = None, *,
@@ -32,7 +35,8 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
     arms.ablation_params(params, variant)  # an unknown arm: one line, listed
     return run_arm(arms.arm_params(params, variant, task), task, variant,
                    arms.arm_body(params, variant), pretrain_seed,
-                   stem=record_prefix("ablation", task=task, variant=variant), context=context)
+                   stem=record_prefix("ablation", task=task, variant=variant),
+                   held_out=arms.pilot_rows(params, task)[0], context=context)
 
 
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None,
@@ -49,11 +53,13 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
     return run_arm(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
                    out=f"layers/{task}_{layers}",
                    stem=record_prefix("transfer_layers", task=task, layers=layers),
-                   record_params=params, context=context)
+                   record_params=params, held_out=arms.pilot_rows(params, task)[0],
+                   context=context)
 
 
 def floor_stage(params: Params, task: str, *, context: StageContext | None = None
                 ) -> dict[str, Any]:
     """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
     (its own record and MLflow run)."""
-    return run_floor(params, task, StageRun.of("floor", task=task).stem, context=context)
+    return run_floor(params, task, StageRun.of("floor", task=task).stem,
+                     held_out=arms.pilot_rows(params, task)[0], context=context)
