@@ -58,7 +58,7 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
 
     Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
     its own order, never on a row whose id is in `held_out` (the task's pilot split,
-    gpt1.arms.pilot_rows: every fine-tuning stage passes it; a pilot's own tables have none);
+    gpt1.arms.pilot_ids: every fine-tuning stage passes it; a pilot's own tables have none);
     every seed and every pre-training run is scored on the same test examples.
     """
     spec = load.task_spec(params, task)

@@ -148,11 +148,21 @@ def pilot_split(params: Params, arm: str, task: str, pool: pd.DataFrame
 def pilot_rows(params: Params, task: str) -> tuple[frozenset[str], int]:
     """(the ids of the training-pool rows the pilots of `task` score: `pilot_carve`'s split,
     none where no pilot runs on the task; the pool's size). Every fine-tuning stage draws its
-    samples outside them (`outside_pilot`, `held_out` of gpt1.arm_run)."""
+    samples outside them (`pilot_ids`, `outside_pilot`: `held_out` of gpt1.arm_run)."""
     pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
-    if task not in params.ablations.tasks or not params.ablations.pilot.variants:
+    if not piloted(params, task):
         return frozenset(), len(pool)
     return frozenset(pilot_carve(params, task, pool)[1]["id"]), len(pool)
+
+
+def piloted(params: Params, task: str) -> bool:
+    """Whether a pilot runs on `task` (so its training pool has a pilot split)."""
+    return task in params.ablations.tasks and bool(params.ablations.pilot.variants)
+
+
+def pilot_ids(params: Params, task: str) -> frozenset[str]:
+    """`pilot_rows`' ids; none, without reading the task's tables, where no pilot runs on it."""
+    return pilot_rows(params, task)[0] if piloted(params, task) else frozenset()
 
 
 def outside_pilot(params: Params, task: str, n: int, key: str) -> frozenset[str]:

@@ -19,10 +19,10 @@ def finetune(params: Params, task: str, pretrain_seed: int | None = None, *,
     """Fine-tune the pre-trained Transformer on one task (the `full` row of every table), at
     the (lr, warm-up) its pilot chose where ablations.pilot tunes `full` on the task. Every
     fine-tuning stage here draws its samples outside the task's pilot split
-    (gpt1.arms.pilot_rows)."""
+    (gpt1.arms.pilot_ids)."""
     return run_arm(arms.arm_params(params, FULL_ARM, task), task, FULL_ARM, names.TRANSFORMER,
                    pretrain_seed, stem=record_prefix("finetune", task=task),
-                   record_params=params, held_out=arms.pilot_rows(params, task)[0],
+                   record_params=params, held_out=arms.pilot_ids(params, task),
                    context=context)
 
 
@@ -36,7 +36,7 @@ def ablation(params: Params, task: str, variant: str, pretrain_seed: int | None 
     return run_arm(arms.arm_params(params, variant, task), task, variant,
                    arms.arm_body(params, variant), pretrain_seed,
                    stem=record_prefix("ablation", task=task, variant=variant),
-                   held_out=arms.pilot_rows(params, task)[0], context=context)
+                   held_out=arms.pilot_ids(params, task), context=context)
 
 
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None,
@@ -53,7 +53,7 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
     return run_arm(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
                    out=f"layers/{task}_{layers}",
                    stem=record_prefix("transfer_layers", task=task, layers=layers),
-                   record_params=params, held_out=arms.pilot_rows(params, task)[0],
+                   record_params=params, held_out=arms.pilot_ids(params, task),
                    context=context)
 
 
@@ -62,4 +62,4 @@ def floor_stage(params: Params, task: str, *, context: StageContext | None = Non
     """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
     (its own record and MLflow run)."""
     return run_floor(params, task, StageRun.of("floor", task=task).stem,
-                     held_out=arms.pilot_rows(params, task)[0], context=context)
+                     held_out=arms.pilot_ids(params, task), context=context)
