@@ -61,5 +61,4 @@ def floor_stage(params: Params, task: str, *, context: StageContext | None = Non
                 ) -> dict[str, Any]:
     """Table 5's bag-of-words floor on one task (stage floor@<task>), recorded like every arm
     (its own record and MLflow run)."""
-    return run_floor(params, task, StageRun.of("floor", task=task).stem,
-                     held_out=arms.pilot_ids(params, task), context=context)
+    return run_floor(params, task, StageRun.of("floor", task=task).stem, context=context)
