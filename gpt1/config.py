@@ -481,6 +481,10 @@ class TasksCfg(Section):
     sharing text_a, so no question or premise is on both sides) from its training pool as
     the `fresh` split, a scored split no earlier run saw; the training pool every sample and
     pilot split is drawn from is the rest. {} = none (every task scores its test split only)."""
+    scored_ids: dict[str, str]
+    """Per task with a fresh split: a committed file of training-pool row ids some earlier run
+    scored (one id a line, `#` comments; configs/scored/, which prepare_task depends on). No
+    fresh row is one of them or shares its text_a. {} = none."""
     truncation: Literal["half", "longest_first"]
     """half: each of the two segments cut to n_ctx // 2 - 2 tokens (original release,
     spec §5); longest_first: cut the longer segment until the sequence fits n_ctx."""
@@ -609,8 +613,9 @@ class LrPilotCfg(Section):
                            AfterValidator(_distinct)]
     """Warm-up fractions tried with each lr (finetune.warmup_frac of the run)."""
     dev_examples: PosInt
-    """Examples carved out of the training pool as the pilot's split, outside every fine-tuning
-    seed's training sample (never a scored split)."""
+    """Examples carved (seed `seed`) out of the training pool as the pilot's split before any
+    fine-tuning sample is drawn; every sample of every arm and seed comes from the rest (never
+    a scored split)."""
     seed: NonNegInt
     """Fine-tuning seed of the pilot runs (and of the carve)."""
 
@@ -955,6 +960,10 @@ class Params(Section):
             raise ValueError(f"tasks.fresh_examples: {sorted(unknown)[0]!r} is not in "
                              f"finetune.tasks {list(self.finetune.tasks)} (no prepare_task "
                              "stage carves it)")
+        unknown = set(self.tasks.scored_ids) - set(self.tasks.fresh_examples)
+        if unknown:
+            raise ValueError(f"tasks.scored_ids: {sorted(unknown)[0]!r} has no "
+                             "tasks.fresh_examples (the ids only keep rows out of a fresh split)")
         return self
 
     def _check_curves(self) -> None:

@@ -193,49 +193,57 @@ def training_samples(pool: pd.DataFrame, hp: Hparams, seeds: Iterable[int] | Non
             for f in (hp.seeds if seeds is None else seeds)}
 
 
+def pilot_carve(params: Params, task: str, pool: pd.DataFrame
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the pool every fine-tuning sample of `task` is drawn from, the pilot split): the split
+    is ablations.pilot.dev_examples rows carved (seeded: ablations.pilot.seed) from the training
+    pool before any sample is drawn, the same for every arm; the rest is the pool. So no sample
+    of any arm or seed holds a row the pilot scores, at any number of fine-tuning seeds."""
+    cfg = params.ablations.pilot
+    if len(pool) < 2 * cfg.dev_examples:
+        raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "
+                        f"ablations.pilot.dev_examples={cfg.dev_examples} from it")
+    return load.carve(pool, cfg.dev_examples, cfg.seed)
+
+
 def pilot_split(params: Params, arm: str, task: str, pool: pd.DataFrame
                 ) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """(the pilot's training sample, its carved split, the split in words). The training sample
-    is the arm's fine-tuning sample at the pilot seed; the split is ablations.pilot.dev_examples
-    rows of the pool outside every fine-tuning seed's sample (so it is neither trained on by a
-    confirmatory run nor a scored split). A task fine-tuned on its whole pool leaves no such
-    row: the split is then carved from the pool and the pilot trains on the rest (said so)."""
+    """(the pilot's training sample, its split, the split in words). The split is
+    `pilot_carve`'s; the training sample is the arm's fine-tuning sample at the pilot seed,
+    drawn from the rest of the pool as every confirmatory run's is (so neither a confirmatory
+    run trains on the split nor is it a scored split)."""
     from gpt1.finetune import resolve_hparams  # torch: only where an arm trains
 
     cfg = params.ablations.pilot
     hp = resolve_hparams(ablation_params(params, arm), task)
-    if hp.max_train_examples is None or hp.max_train_examples >= len(pool):  # the whole pool
-        if len(pool) < 2 * cfg.dev_examples:
-            raise Gpt1Error(f"{task}: training pool of {len(pool)} is too small to carve "
-                            f"ablations.pilot.dev_examples={cfg.dev_examples} from it")
-        train, dev = load.carve(pool, cfg.dev_examples, cfg.seed)
-        return train, dev, (f"{len(dev)} examples carved (seed {cfg.seed}) from the "
-                            f"{len(pool)}-example training pool; trained on the rest (the task "
-                            "fine-tunes on its whole pool, so confirmatory runs train on them)")
-    samples = training_samples(pool, hp, {*hp.seeds, cfg.seed})
-    taken = set().union(*(set(t["id"]) for t in samples.values()))
-    rest = pool[~pool["id"].isin(taken)].reset_index(drop=True)
-    if len(rest) < cfg.dev_examples:
-        raise Gpt1Error(f"{task}: only {len(rest)} of {len(pool)} training-pool rows lie outside "
-                        f"the fine-tuning samples; ablations.pilot.dev_examples="
-                        f"{cfg.dev_examples} cannot be carved from them")
-    dev = load.cap_table(rest, cfg.dev_examples, cfg.seed)
-    return samples[cfg.seed], dev, (
-        f"{len(dev)} examples (seed {cfg.seed}) of the {len(pool)}-example training pool "
-        f"outside every fine-tuning seed's sample; trained on fine-tuning seed {cfg.seed}'s "
-        f"sample of {len(samples[cfg.seed])}")
+    rest, dev = pilot_carve(params, task, pool)
+    train = training_samples(rest, hp, [cfg.seed])[cfg.seed]
+    sample = (f"fine-tuning seed {cfg.seed}'s sample of {len(train)}" if len(train) < len(rest)
+              else f"all {len(train)} (the task fine-tunes on its whole pool)")
+    return train, dev, (
+        f"{len(dev)} examples carved (seed {cfg.seed}) from the {len(pool)}-example training "
+        f"pool before any fine-tuning sample is drawn; every sample comes from the other "
+        f"{len(rest)}; trained on {sample}")
 
 
 def pilot_rows(params: Params, task: str) -> tuple[frozenset[str], int]:
-    """(the ids of the training-pool rows the pilots of `task` score: `pilot_split` for each
-    arm of ablations.pilot.variants, none where no pilot runs on the task; the pool's size).
-    The pilot chose the lr the curve arms use, so no curve point trains on them; Table 5's and
-    finetune's samples lie outside them by construction."""
+    """(the ids of the training-pool rows the pilots of `task` score: `pilot_carve`'s split,
+    none where no pilot runs on the task; the pool's size). Every fine-tuning stage draws its
+    samples outside them (`pilot_ids`, `outside_pilot`: `held_out` of gpt1.arm_run)."""
     pool = load.read_tables(Path(params.paths.tasks) / task)["train"]
-    if task not in params.ablations.tasks:
+    if not piloted(params, task):
         return frozenset(), len(pool)
-    splits = (pilot_split(params, arm, task, pool)[1] for arm in params.ablations.pilot.variants)
-    return frozenset().union(*(s["id"] for s in splits)), len(pool)
+    return frozenset(pilot_carve(params, task, pool)[1]["id"]), len(pool)
+
+
+def piloted(params: Params, task: str) -> bool:
+    """Whether a pilot runs on `task` (so its training pool has a pilot split)."""
+    return task in params.ablations.tasks and bool(params.ablations.pilot.variants)
+
+
+def pilot_ids(params: Params, task: str) -> frozenset[str]:
+    """`pilot_rows`' ids; none, without reading the task's tables, where no pilot runs on it."""
+    return pilot_rows(params, task)[0] if piloted(params, task) else frozenset()
 
 
 def outside_pilot(params: Params, task: str, n: int, key: str) -> frozenset[str]:

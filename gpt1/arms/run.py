@@ -24,7 +24,7 @@ from gpt1 import (
     runtime,
     tracking,
 )
-from gpt1.arms import training_samples
+from gpt1.arms import pilot_ids, training_samples
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import Hparams, body_factory, finetune_task, resolve_hparams
@@ -57,7 +57,8 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
     `full` variant at its default `out`) keeps the task model `gpt1 predict` uses.
 
     Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
-    its own order, never on a row whose id is in `held_out` (the curves: the pilot's split);
+    its own order, never on a row whose id is in `held_out` (the task's pilot split,
+    gpt1.arms.pilot_ids: every fine-tuning stage passes it; a pilot's own tables have none);
     every seed and every pre-training run is scored on the same test examples.
     """
     spec = load.task_spec(params, task)
@@ -189,8 +190,8 @@ def fresh_fields(result: dict[str, Any], words: str) -> dict[str, Any]:
 
 
 def run_floor(params: Params, task: str, stem: str, run: Params | None = None, out: str = "",
-              held_out: Collection[str] = (), *, context: StageContext | None = None
-              ) -> dict[str, Any]:
+              held_out: Collection[str] | None = None, *,
+              context: StageContext | None = None) -> dict[str, Any]:
     """The bag-of-words floor on one task under its own record `stem` and MLflow run:
     `floor_record` on `run` (default params), recorded with `params`."""
     with tracking.start_run(stem, params, context=context):
@@ -200,10 +201,11 @@ def run_floor(params: Params, task: str, stem: str, run: Params | None = None, o
     return metrics
 
 
-def floor_record(params: Params, task: str, out: str = "", held_out: Collection[str] = ()
-                 ) -> dict[str, Any]:
+def floor_record(params: Params, task: str, out: str = "",
+                 held_out: Collection[str] | None = None) -> dict[str, Any]:
     """The floor (gpt1/floor.py) on one task: every fine-tuning seed's training sample (as the
-    neural arms draw it, outside the rows whose id is in `held_out`) and the task's test split
+    neural arms draw it, outside the rows whose id is in `held_out`, default the task's pilot
+    split: gpt1.arms.pilot_ids, read once the floor runs on the task) and the task's test split
     (capped as theirs), written under <paths.finetuned>/<out> (default bow/<task>); returns
     the stage's record."""
     if task not in params.ablations.tasks or task not in TASKS:
@@ -217,7 +219,8 @@ def floor_record(params: Params, task: str, out: str = "", held_out: Collection[
     hp = resolve_hparams(params, spec.name)
     tables = load.read_tables(Path(params.paths.tasks) / spec.name)
     test = load.cap_table(tables["test"], hp.max_eval_examples, hp.data_seed)
-    pool = load.without_ids(tables["train"], held_out)
+    pool = load.without_ids(tables["train"],
+                            pilot_ids(params, spec.name) if held_out is None else held_out)
     trains = training_samples(pool, hp)
     fresh = load.read_fresh(Path(params.paths.tasks) / spec.name)
     result = floor.fit_and_score(spec, params.ablations.floor, trains, test, out_dir,

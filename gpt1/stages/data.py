@@ -130,12 +130,15 @@ def shard_corpus(params: Params, *, context: StageContext | None = None) -> dict
 def prepare_task(params: Params, task: str, *, context: StageContext | None = None
                  ) -> dict[str, Any]:
     """Mirror (or hub) files -> validated canonical train/dev/test tables of one task, and its
-    fresh split carved from train where tasks.fresh_examples names the task."""
+    fresh split carved from train where tasks.fresh_examples names the task (outside the rows
+    tasks.scored_ids lists for it)."""
     spec = load.task_spec(params, task)
     mirror = params.paths.mirror_dir
     fresh = params.tasks.fresh_examples.get(task)
+    scored_file = params.tasks.scored_ids.get(task)
+    scored = frozenset() if scored_file is None else load.read_scored_ids(scored_file)
     tables = load.carve_fresh(load.load_task(spec, params.tasks, mirror), fresh,
-                              params.tasks.carve_seed)
+                              params.tasks.carve_seed, scored)
     docs = Path(params.paths.data_docs) / "tasks" / task
     stem = StageRun.of("prepare_task", task=task).stem
     with tracking.start_run(stem, params, context=context):
@@ -145,7 +148,7 @@ def prepare_task(params: Params, task: str, *, context: StageContext | None = No
         own = ({"settings": params.tasks.custom[task].model_dump(mode="json")}
                if spec.custom else {})  # an own task's settings reach its fine-tuning stages
         about = ({FRESH: {"source": load.fresh_source(spec, len(tables[FRESH]),
-                                                      params.tasks.carve_seed)}}
+                                                      params.tasks.carve_seed, len(scored))}}
                  if fresh else {})  # its origin in words, for every record that scores it
         load.write_tables(tables, Path(params.paths.tasks) / task,
                           {"checks": report, **own, **about})

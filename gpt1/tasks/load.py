@@ -84,23 +84,45 @@ def carve(df: pd.DataFrame, n_held: int, seed: int, by: str | None = None
     return df[~mask].reset_index(drop=True), df[mask].reset_index(drop=True)
 
 
-def carve_fresh(tables: Tables, n_rows: int | None, seed: int) -> Tables:
+def read_scored_ids(path: str | Path) -> frozenset[str]:
+    """The row ids of a tasks.scored_ids file: one id a line; blank lines and `#` comments
+    (the file's account of how it was made) skipped. A missing file is a Gpt1Error naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise Gpt1Error(f"cannot read the scored ids (tasks.scored_ids): {err.strerror}",
+                        path) from None
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return frozenset(line for line in lines if line)
+
+
+def carve_fresh(tables: Tables, n_rows: int | None, seed: int,
+                scored: Collection[str] = ()) -> Tables:
     """`tables` with about `n_rows` rows of train moved to the `fresh` split (tasks.fresh_examples,
     seed tasks.carve_seed): `carve` of train by whole groups of rows sharing text_a (a QNLI
     question, an SST-2 sentence), so no text of the fresh split is trained on; every training
-    sample and pilot split is later drawn from the train that is left. Unchanged for None."""
+    sample and pilot split is later drawn from the train that is left. A group holding a row
+    whose id is in `scored` (tasks.scored_ids: rows an earlier run scored) stays in train, so
+    the fresh split is never scored before. Unchanged for None."""
     if n_rows is None:
         return tables
-    if n_rows >= len(tables["train"]) // 2:
+    train = tables["train"]
+    seen = train["text_a"].isin(train.loc[train["id"].isin(list(scored)), "text_a"])
+    eligible = train[~seen.to_numpy()].reset_index(drop=True)
+    if n_rows >= len(eligible) // 2:
+        outside = (f" ({len(train) - len(eligible)} rows sharing text with scored ids "
+                   "left out)" if len(eligible) < len(train) else "")
         raise Gpt1Error(f"tasks.fresh_examples: {n_rows} is not below half of the "
-                        f"{len(tables['train'])}-row training pool it is carved from")
-    rest, fresh = carve(tables["train"], n_rows, seed, by="text_a")
-    return {**tables, "train": rest, FRESH: fresh}
+                        f"{len(eligible)}-row training pool it is carved from{outside}")
+    fresh = carve(eligible, n_rows, seed, by="text_a")[1]
+    return {**tables, "train": without_ids(train, set(fresh["id"])), FRESH: fresh}
 
 
-def fresh_source(spec: TaskSpec, n_rows: int, seed: int) -> str:
+def fresh_source(spec: TaskSpec, n_rows: int, seed: int, n_scored: int = 0) -> str:
     """The fresh split in words: where its rows come from and how they were chosen."""
-    return (f"{n_rows:,} rows carved (seed {seed}, whole text_a groups) from "
+    outside = (f", outside the {n_scored:,} rows earlier runs scored (tasks.scored_ids) and "
+               "their text_a groups" if n_scored else "")
+    return (f"{n_rows:,} rows carved (seed {seed}, whole text_a groups{outside}) from "
             f"{spec.sources['train']}: the fresh split, scored by every arm, outside every "
             "training sample and pilot split")
 

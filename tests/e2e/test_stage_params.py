@@ -49,7 +49,7 @@ BRANCHES = {
                       "pretrain.nproc", "pretrain.cuda_graph_scope"),
     "prepare_task": ("tasks.test_frac",),                              # SciTail's carve
     "lr_pilot": LSTM, "curve_n": LSTM,                                 # the LSTM arm piloted
-    "report": ("report.max_seeds",),                                  # (a) on a fresh split
+    "report": ("report.max_seeds", "report.declared_effect"),         # (a) on a fresh split
 }
 """Keys a stage reads on a branch the tiny run does not take."""
 

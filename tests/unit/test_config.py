@@ -41,7 +41,7 @@ def test_every_preset_has_the_demo_keys() -> None:
             if isinstance(v, dict) and k not in {"overrides", "presets", "paper", "columns",
                                                  "paper_ablations", "norm", "glue",
                                                  "truncation_overrides", "dev_examples",
-                                                 "fresh_examples", "row_labels",
+                                                 "fresh_examples", "scored_ids", "row_labels",
                                                  "paper_figure2"}:
                 out |= keys(v, prefix + k + ".")
         return out

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpt1 import floor, records
+from gpt1 import arms, floor, records
 from gpt1.arms import run as arm_run
 from gpt1.errors import Gpt1Error
 from gpt1.finetune import resolve_hparams, train_subset_seed
@@ -84,11 +84,14 @@ def test_floor_stage_row_and_which_arms_clear_it(make_params) -> None:
                       Path(params.paths.tasks) / task)
     rec = finetune_stages.floor_stage(params, task)
     hp = resolve_hparams(params, task)
+    held = arms.pilot_ids(params, task)  # the pilot split: no sample of any arm holds a row of it
+    assert len(held) == params.ablations.pilot.dev_examples
     for f, path in zip(hp.seeds, rec["predictions"]["test"], strict=True):
         preds = pd.read_parquet(path)
         assert list(preds["id"]) == list(test["id"])  # the scored split, in its order
         used = pd.read_parquet(Path(path).with_name(f"train_ids_seed{f}.parquet"))["id"]
-        expected = load.cap_table(pool, hp.max_train_examples, train_subset_seed(hp.data_seed, f))
+        expected = load.cap_table(load.without_ids(pool, held), hp.max_train_examples,
+                                  train_subset_seed(hp.data_seed, f))
         assert list(used) == list(expected["id"])  # the neural arms' sample of seed f
     assert rec["variant"] == "bow" and "pretrain_seed" not in rec
     assert 0.55 < rec["scores"]["acc"]["mean"] < 0.9 and len(rec["chosen_c"]) == 3

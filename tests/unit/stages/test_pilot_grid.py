@@ -129,9 +129,11 @@ def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> No
     params, pool, _ = pilot_params
     train, dev, words = arms.pilot_split(params, "scratch", "sst2", pool)
     hp = resolve_hparams(params, "sst2")
-    samples = [set(load.cap_table(pool, 20, train_subset_seed(hp.data_seed, f))["id"])
+    rest = load.without_ids(pool, set(dev["id"]))  # carved first: the samples come from the rest
+    samples = [set(load.cap_table(rest, 20, train_subset_seed(hp.data_seed, f))["id"])
                for f in (0, 1)]
     assert len(dev) == 30 and not set(dev["id"]) & (samples[0] | samples[1])
+    assert arms.pilot_carve(params, "sst2", pool)[1]["id"].tolist() == dev["id"].tolist()
     assert set(train["id"]) == samples[0]  # the pilot trains on seed 0's sample
     for arm in ARMS:  # every arm is chosen on the same split, trained on the same sample
         other = arms.pilot_split(params, arm, "sst2", pool)
@@ -142,7 +144,7 @@ def test_the_pilot_split_is_outside_every_fine_tuning_sample(pilot_params) -> No
         float((dev["label"] == top).mean()))
     record = lr_pilot_stages.lr_pilot(params, "sst2", "full")
     assert record["dev_majority"] == pytest.approx(float((dev["label"] == top).mean()))
-    assert "outside every fine-tuning seed's sample" in words
+    assert "before any fine-tuning sample is drawn" in words
     decided = gate(params, {"lr_pilot_full_sst2": record}, "full", "sst2")  # the gate's inputs
     assert decided.status in (CLEARS, FAILS), decided.text
 
@@ -151,8 +153,9 @@ def test_a_pool_too_small_for_the_split_is_refused(make_params) -> None:
     params = make_params({"finetune": {"seeds": [0, 1], "max_train_examples": 60},
                           "ablations": {"tasks": ["sst2"],
                                         "pilot": {"dev_examples": 30}}})
-    with pytest.raises(Gpt1Error, match="ablations.pilot.dev_examples=30 cannot be carved"):
-        arms.pilot_split(params, "scratch", "sst2", _pool(100))
+    with pytest.raises(Gpt1Error, match="pool of 59 is too small to carve ablations.pilot"):
+        arms.pilot_split(params, "scratch", "sst2", _pool(59))
+    assert len(arms.pilot_split(params, "scratch", "sst2", _pool(60))[1]) == 30
 
 
 def test_the_grid_and_its_arms_are_validated(make_params) -> None:
