@@ -28,7 +28,6 @@ from gpt1.config import Params, load_params
 from gpt1.errors import Gpt1Error
 from gpt1.freshness import current_records
 from gpt1.records import Metrics, read_metrics
-from gpt1.repo import repo_root
 from gpt1.report.document import FINDINGS_FILE
 from gpt1.report.estimates import (
     NOT_EVALUABLE,
@@ -174,15 +173,14 @@ def gap_text(params: Params, worse: str) -> str:
             if gaps else "n/a")
 
 
-DESIGNS_FILE = "docs/study_designs.yaml"
-"""The designs of the study's plans so far (the repository's history, as data): the rows of
-the MDE table."""
+DESIGNS_FILE = Path(__file__).with_name("study_designs.yaml")
+"""The designs of the study's plans so far (the repository's history, as data, shipped with
+the package so that any checkout or install renders the MDE table): the table's rows."""
 
 
-def plan_designs(root: Path | None = None) -> list[tuple[str, int, int, tuple[int, ...]]]:
+def plan_designs(path: Path = DESIGNS_FILE) -> list[tuple[str, int, int, tuple[int, ...]]]:
     """(label, pre-training seeds, fine-tuning seeds, eval examples of each DESIGN_TASKS task)
-    of each design in DESIGNS_FILE; one line naming the file when it is not such a list."""
-    path = (root or repo_root()) / DESIGNS_FILE
+    of each design in `path`; one line naming the file when it is not such a list."""
     try:
         rows = yaml.safe_load(path.read_text(encoding="utf-8"))
         return [(str(r["label"]), int(r["pretrain_seeds"]), int(r["finetune_seeds"]),

@@ -83,13 +83,13 @@ def test_verdict_table_across_runs(tmp_path: Path) -> None:
 
 
 def test_the_designs_are_data_read_with_one_line_on_a_bad_file(tmp_path: Path) -> None:
-    designs = plan_designs(REPO)
+    designs = plan_designs()
     assert ("demo (SST-2 872, QNLI 250)", 1, 3, (872, 250)) in designs  # (sst2, qnli) order
-    (tmp_path / "docs").mkdir()
-    (tmp_path / DESIGNS_FILE).write_text("- label: no seeds\n  eval_examples: {sst2: 1}\n")
+    bad = tmp_path / DESIGNS_FILE.name
+    bad.write_text("- label: no seeds\n  eval_examples: {sst2: 1}\n")
     with pytest.raises(Gpt1Error, match="not a list of study designs") as err:
-        plan_designs(tmp_path)
-    assert err.value.path == str(tmp_path / DESIGNS_FILE)
+        plan_designs(bad)
+    assert err.value.path == str(bad)
 
 
 def test_a_bad_run_argument_is_one_line(tmp_path: Path, capsys) -> None:
