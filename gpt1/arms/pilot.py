@@ -119,7 +119,7 @@ def run_pilot(params: Params, arm: str, task: str, *, base: Path | None = None,
         with tracking.child_scope(f"lr={lr:g},warmup={w:g}", run,
                                   {"gpt1.lr_candidate": f"{lr:g}",
                                    "gpt1.warmup_candidate": f"{w:g}"}, context) as candidate:
-            m = run_arm(run, task, arm, kind, pretrain_seed, out=name, stem=name,
+            m = run_arm(run, task, arm, kind, pretrain_seed, out=name, stem=name, held_out=(),
                         context=candidate)
         frame = pd.read_parquet(m["predictions"]["test"][0])
         accuracy[(lr, w)] = pilot_accuracy(spec, frame, dev)

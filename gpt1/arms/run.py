@@ -45,7 +45,7 @@ def task_truncation(params: Params, task: str) -> formats.Truncation:
 
 def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: int | None,
             *, stem: str, out: str = "", record_params: Params | None = None,
-            step: int | None = None, held_out: Collection[str] = (),
+            step: int | None = None, held_out: Collection[str] | None = None,
             context: StageContext | None = None) -> dict[str, Any]:
     """Fine-tune a `kind` body (transformer | lstm) of pre-training run `pretrain_seed` on
     `task` on `params` (an arm's: gpt1.arms); every fine-tuning stage runs this with its own
@@ -57,8 +57,9 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
     `full` variant at its default `out`) keeps the task model `gpt1 predict` uses.
 
     Fine-tuning seed f trains on its own seeded subset of the training pool (when capped) in
-    its own order, never on a row whose id is in `held_out` (the task's pilot split,
-    gpt1.arms.pilot_ids: every fine-tuning stage passes it; a pilot's own tables have none);
+    its own order, never on a row whose id is in `held_out` (default: the task's pilot split,
+    gpt1.arms.pilot_ids, read once the pre-trained model's shape is checked; a pilot's own
+    tables have none, so its runs pass ());
     every seed and every pre-training run is scored on the same test examples.
     """
     spec = load.task_spec(params, task)
@@ -72,7 +73,8 @@ def run_arm(params: Params, task: str, variant: str, kind: str, pretrain_seed: i
     splits = ("dev", "test") if hp.select == "dev" else ("test",)
     capped = {s: load.cap_table(tables[s], hp.max_eval_examples, hp.data_seed) for s in splits}
     fresh = load.read_fresh(Path(params.paths.tasks) / task)  # scored whole by every arm
-    pool = load.without_ids(tables["train"], held_out)
+    pool = load.without_ids(tables["train"],
+                            pilot_ids(params, task) if held_out is None else held_out)
     trains = training_samples(pool, hp)
     ft = params.finetune
     pretrained = (checkpoint.load_model(run_dir, tok.hash, step=step)[0]

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpt1 import atomic, hf_stand_in, names
 from gpt1 import checkpoint as ckpt
-from gpt1.arms import arm_body, arm_params, dose_arm_params, outside_pilot, pilot_ids, with_caps
+from gpt1.arms import arm_body, arm_params, dose_arm_params, outside_pilot, with_caps
 from gpt1.arms.run import run_arm, run_floor
 from gpt1.config import FULL_ARM, Params
 from gpt1.errors import Gpt1Error
@@ -117,5 +117,4 @@ def curve_dose(params: Params, task: str, tokens: int, pretrain_seed: int | None
     return run_arm(dose_arm_params(params, task, tokens), task, DOSE_PREFIX, names.TRANSFORMER,
                    pretrain_seed, out=f"{DOSE_PREFIX}/{task}_{tokens}",
                    stem=record_prefix("curve_dose", task=task, tokens=tokens),
-                   record_params=params, held_out=pilot_ids(params, task),
-                   context=context)
+                   record_params=params, context=context)

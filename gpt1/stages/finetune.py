@@ -22,8 +22,7 @@ def finetune(params: Params, task: str, pretrain_seed: int | None = None, *,
     (gpt1.arms.pilot_ids)."""
     return run_arm(arms.arm_params(params, FULL_ARM, task), task, FULL_ARM, names.TRANSFORMER,
                    pretrain_seed, stem=record_prefix("finetune", task=task),
-                   record_params=params, held_out=arms.pilot_ids(params, task),
-                   context=context)
+                   record_params=params, context=context)
 
 
 def ablation(params: Params, task: str, arm: str, pretrain_seed: int | None = None, *,
@@ -35,7 +34,7 @@ def ablation(params: Params, task: str, arm: str, pretrain_seed: int | None = No
     arms.ablation_params(params, arm)  # an unknown arm: one line, listed
     return run_arm(arms.arm_params(params, arm, task), task, arm, arms.arm_body(params, arm),
                    pretrain_seed, stem=record_prefix("ablation", task=task, arm=arm),
-                   held_out=arms.pilot_ids(params, task), context=context)
+                   context=context)
 
 
 def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int | None = None,
@@ -52,8 +51,7 @@ def transfer_layers(params: Params, task: str, layers: int, pretrain_seed: int |
     return run_arm(run, task, f"layers_{layers}", names.TRANSFORMER, pretrain_seed,
                    out=f"layers/{task}_{layers}",
                    stem=record_prefix("transfer_layers", task=task, layers=layers),
-                   record_params=params, held_out=arms.pilot_ids(params, task),
-                   context=context)
+                   record_params=params, context=context)
 
 
 def floor_stage(params: Params, task: str, *, context: StageContext | None = None

@@ -150,7 +150,7 @@ def test_the_fresh_split_leaves_out_every_scored_row_and_its_question(tmp_path: 
         load.read_scored_ids(tmp_path / "missing.txt")
 
 
-def test_the_committed_scored_ids_are_the_study_v2_and_v3_pilot_splits() -> None:
+def test_the_committed_scored_ids_are_the_earlier_studies_pilot_splits() -> None:
     """configs/scored/qnli.txt (its header says how it was recomputed): study v3's 2,000-row and
     study v2's 500-row QNLI pilot splits, 103 rows in both; the study preset reads it."""
     from tests.helpers.repo import REPO
