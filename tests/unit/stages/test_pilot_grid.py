@@ -50,7 +50,8 @@ def pilot_params(make_params, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     calls: list[tuple[str, str, float, float, float]] = []
 
     def fake_finetune(run: Params, task: str, variant: str, kind: str, pretrain_seed: int,
-                      out: str, stem: str, context: Any) -> dict[str, Any]:
+                      out: str, stem: str, held_out: Any, context: Any) -> dict[str, Any]:
+        assert held_out == ()  # a pilot's own tables hold no pilot split
         hp = resolve_hparams(run, task)
         dev = load.read_tables(Path(run.paths.tasks) / task)["test"]
         calls.append((variant, kind, hp.lr, hp.warmup_frac, run.finetune.lm_coef))
