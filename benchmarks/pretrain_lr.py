@@ -42,6 +42,7 @@ def short_run(params, body: str, lr: float, warmup: int | None, tokens: int, out
                    paths={"checkpoints": str(out / "transformer"),
                           "lstm_checkpoints": str(out / "lstm"),
                           "metrics": str(out / "metrics"), "reports": str(out / "reports")},
+                   curves={"dose_tokens": [], "dose_tasks": []},  # budgets above a short run's
                    tracking={"enabled": False})
     stage = pretrain_stages.pretrain_lstm if body == "lstm" else pretrain_stages.pretrain
     start = time.perf_counter()
